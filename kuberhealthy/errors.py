@@ -1,0 +1,81 @@
+"""Our exception types. kube/ translates API status codes into these; nothing above it sees ApiException.
+
+A failed check is not an exception: it is a result recorded in a khstate.
+"""
+from __future__ import annotations
+
+
+class KuberhealthyError(Exception):
+    """Base of every error this package raises on purpose."""
+
+
+class ConfigError(KuberhealthyError):
+    """A configuration value is unusable; `key` names it so the operator can fix it."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(f"config key {key!r}: {message}")
+        self.key = key
+
+
+class ApiError(KuberhealthyError):
+    """The API server answered with an error status (or could not be reached: status 0)."""
+
+    status = 0
+
+    def __init__(self, message: str, status: int | None = None, reason: str = "") -> None:
+        super().__init__(message)
+        if status is not None:
+            self.status = status
+        self.reason = reason
+
+
+class Unreachable(ApiError):
+    """No answer: connection refused, reset, or timed out."""
+
+
+class BadRequest(ApiError):
+    status = 400
+
+
+class Forbidden(ApiError):
+    status = 403
+
+
+class NotFound(ApiError):
+    status = 404
+
+
+class Conflict(ApiError):
+    """409: a stale resourceVersion, or (reason AlreadyExists) a create of an existing name."""
+
+    status = 409
+
+    @property
+    def already_exists(self) -> bool:
+        return self.reason == "AlreadyExists"
+
+
+class Gone(ApiError):
+    """410: the resourceVersion is too old; re-list."""
+
+    status = 410
+
+
+class Invalid(ApiError):
+    status = 422
+
+
+class TooManyRequests(ApiError):
+    """429: throttled, or an eviction blocked by a PodDisruptionBudget."""
+
+    status = 429
+
+
+_BY_STATUS: dict[int, type[ApiError]] = {
+    cls.status: cls for cls in (BadRequest, Forbidden, NotFound, Conflict, Gone, Invalid, TooManyRequests)
+}
+
+
+def error_for_status(status: int, message: str, reason: str = "") -> ApiError:
+    cls = _BY_STATUS.get(status, ApiError)
+    return cls(message, status=status, reason=reason)

@@ -1,0 +1,155 @@
+"""Typed access to the resources Kuberhealthy uses: its three CRDs, pods, Leases.
+
+Each function is one API call (or, for eviction and read-modify-write, a short documented sequence).
+Objects are plain dicts in their wire form.
+"""
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kuberhealthy.errors import ApiError, Conflict, NotFound
+from kuberhealthy.kube.client import Kube, Obj
+
+logger = logging.getLogger(__name__)
+
+GROUP = "comcast.github.io"
+
+
+@dataclass(frozen=True)
+class Resource:
+    """Where a kind of object lives in the API."""
+
+    plural: str
+    group: str = ""
+    version: str = "v1"
+    namespaced: bool = True
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def path(self, namespace: str | None = None, name: str | None = None, sub: str | None = None) -> str:
+        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        if self.namespaced and namespace:
+            base += f"/namespaces/{namespace}"
+        base += f"/{self.plural}"
+        if name:
+            base += f"/{name}"
+        if sub:
+            base += f"/{sub}"
+        return base
+
+
+KHCHECKS = Resource("khchecks", GROUP)
+KHSTATES = Resource("khstates", GROUP)
+KHJOBS = Resource("khjobs", GROUP)
+PODS = Resource("pods")
+LEASES = Resource("leases", "coordination.k8s.io")
+
+
+class Resources:
+    """CRUD on our resources through one Kube connection."""
+
+    def __init__(self, kube: Kube) -> None:
+        self.kube = kube
+
+    def get(self, res: Resource, namespace: str, name: str) -> Obj:
+        return dict(self.kube.request("GET", res.path(namespace, name)))
+
+    def list(self, res: Resource, namespace: str | None = None, label_selector: str | None = None,
+             field_selector: str | None = None) -> tuple[list[Obj], str]:
+        """All objects (following `continue` pages) and the list's resourceVersion."""
+        items: list[Obj] = []
+        query: dict[str, Any] = {"limit": 500}
+        if label_selector:
+            query["labelSelector"] = label_selector
+        if field_selector:
+            query["fieldSelector"] = field_selector
+        while True:
+            doc = self.kube.request("GET", res.path(namespace), query=query)
+            items.extend(doc.get("items") or [])
+            meta = doc.get("metadata") or {}
+            if not meta.get("continue"):
+                return items, str(meta.get("resourceVersion") or "")
+            query["continue"] = meta["continue"]
+
+    def create(self, res: Resource, namespace: str, body: Obj) -> Obj:
+        return dict(self.kube.request("POST", res.path(namespace), body=body))
+
+    def replace(self, res: Resource, namespace: str, name: str, body: Obj) -> Obj:
+        """PUT with the body's resourceVersion: Conflict when someone wrote in between."""
+        return dict(self.kube.request("PUT", res.path(namespace, name), body=body))
+
+    def merge_patch(self, res: Resource, namespace: str, name: str, patch: Obj) -> Obj:
+        return dict(self.kube.request("PATCH", res.path(namespace, name), body=patch,
+                                      content_type="application/merge-patch+json"))
+
+    def delete(self, res: Resource, namespace: str, name: str, grace_seconds: int | None = None,
+               uid: str | None = None) -> bool:
+        """Delete; False when it was already gone. `uid` guards against deleting a same-named successor."""
+        body: Obj = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        if grace_seconds is not None:
+            body["gracePeriodSeconds"] = grace_seconds
+        if uid:
+            body["preconditions"] = {"uid": uid}
+        try:
+            self.kube.request("DELETE", res.path(namespace, name), body=body)
+            return True
+        except NotFound:
+            return False
+        except Conflict:  # uid precondition failed: the pod we meant is gone
+            return False
+
+    def evict_pod(self, namespace: str, name: str) -> str:
+        """Evict a pod, falling back from policy/v1 to policy/v1beta1 to a plain delete.
+
+        Returns how it went: "evicted", "deleted" or "gone".
+        """
+        for version in ("policy/v1", "policy/v1beta1"):
+            body = {"apiVersion": version, "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
+            try:
+                self.kube.request("POST", PODS.path(namespace, name, "eviction"), body=body)
+                return "evicted"
+            except NotFound:
+                # The eviction subresource is served everywhere; an unknown body version is a 4xx/5xx
+                # other than 404, so a 404 means the pod itself is gone.
+                return "gone"
+            except ApiError as e:
+                logger.debug("Eviction as %s failed for %s/%s: %s", version, namespace, name, e)
+        return "deleted" if self.delete(PODS, namespace, name) else "gone"
+
+    def update_with_retry(self, res: Resource, namespace: str, name: str,
+                          mutate: Callable[[Obj | None], Obj | None],
+                          stop: threading.Event | None = None, attempts: int = 8) -> Obj | None:
+        """Read-modify-write with optimistic concurrency.
+
+        `mutate` gets the current object (None if missing) and returns the object to write (a fresh
+        body to create, or the modified object to replace), or None to write nothing. On 409 the
+        object is re-read and `mutate` runs again, with a short jittered backoff.
+        """
+        waiter = stop or threading.Event()
+        delay = 0.02
+        for attempt in range(attempts):
+            try:
+                current: Obj | None = self.get(res, namespace, name)
+            except NotFound:
+                current = None
+            desired = mutate(current)
+            if desired is None:
+                return current
+            try:
+                if current is None:
+                    return self.create(res, namespace, desired)
+                return self.replace(res, namespace, name, desired)
+            except Conflict:
+                logger.debug("Conflict writing %s %s/%s (attempt %d); retrying", res.plural, namespace, name,
+                             attempt + 1)
+                if waiter.wait(delay * (1 + random.random())):
+                    break
+                delay = min(delay * 2, 1.0)
+        raise Conflict(f"gave up writing {res.plural} {namespace}/{name} after {attempts} conflicts")

@@ -1,0 +1,38 @@
+"""Packaging for Kuberhealthy (Python): the daemon and the checker client library."""
+from setuptools import find_packages, setup
+
+setup(
+    name="kuberhealthy",
+    version="0.1.0",
+    description="Synthetic health checks for Kubernetes clusters, compatible with Kuberhealthy v2",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    packages=find_packages(include=["kuberhealthy", "kuberhealthy.*"]),
+    python_requires=">=3.10",
+    install_requires=[
+        "kubernetes>=31,<38",
+        "flask>=3.0,<4",
+        "gunicorn>=22,<24",
+        "prometheus-client>=0.20,<1",
+        "influxdb>=5.3,<6",
+        "PyYAML>=6,<7",
+    ],
+    extras_require={
+        "test": [
+            "pytest>=8,<10",
+            "pytest-timeout>=2.3,<3",
+            "hypothesis>=6.100,<7",
+            "requests>=2.31,<3",
+            "mypy>=1.10",
+            "ruff>=0.5",
+            "types-PyYAML",
+            "types-requests",
+        ],
+    },
+    entry_points={"console_scripts": ["kuberhealthy = kuberhealthy.cli:main"]},
+    include_package_data=True,
+    classifiers=[
+        "Programming Language :: Python :: 3",
+        "License :: OSI Approved :: Apache Software License",
+    ],
+)
