@@ -108,11 +108,12 @@ def _int(raw: Mapping[str, Any], key: str, default: int, prefix: str = "") -> in
 
 
 def _duration(raw: Mapping[str, Any], key: str, default: float, prefix: str = "",
-              env: str | None = None, positive: bool = True) -> float:
+              env: str | None = None, positive: bool = True,
+              environ: Mapping[str, str] | None = None) -> float:
     value: Any = raw.get(key)
     source = prefix + key
-    if env and os.environ.get(env):
-        value, source = os.environ[env], env
+    if env and environ and environ.get(env):
+        value, source = environ[env], env
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
@@ -219,7 +220,8 @@ def from_mapping(raw: Mapping[str, Any], environ: Mapping[str, str] | None = Non
         leader_election=le,
         check_change_debounce=_duration(raw, "checkChangeDebounce", 10.0, positive=False),
         state_reaper_interval=_duration(raw, "stateReaperInterval", 60.0),
-        check_reaper_run_interval=_duration(raw, "checkReaperRunInterval", 30.0, env="CHECK_REAPER_RUN_INTERVAL"),
+        check_reaper_run_interval=_duration(raw, "checkReaperRunInterval", 30.0, env="CHECK_REAPER_RUN_INTERVAL",
+                                            environ=env),
         prom_metrics=pm,
         pod_name=pod_name,
         pod_namespace=pod_namespace,

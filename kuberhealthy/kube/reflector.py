@@ -12,6 +12,7 @@ check run can wait on "pod past Pending, or khstate LastRun moved, or stop" with
 """
 from __future__ import annotations
 
+import builtins
 import json
 import logging
 import threading
@@ -103,7 +104,7 @@ class Reflector:
         with self._lock:
             return list(self._store.values())
 
-    def by_index(self, index: str, value: str) -> list[Obj]:
+    def by_index(self, index: str, value: str) -> builtins.list[Obj]:
         with self._lock:
             return [self._store[k] for k in self._indexes[index].get(value, ()) if k in self._store]
 

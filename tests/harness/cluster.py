@@ -148,7 +148,7 @@ class TestCluster:
         return self
 
     def _spawn(self, name: str, argv: list[str]) -> None:
-        log = open(self.workdir / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
+        log = open(self.workdir / f"{name}.log", "wb")
         self.procs[name] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
     def _wait_http(self, url: str, name: str, limit: float, token: str | None = None) -> None:

@@ -1,0 +1,64 @@
+"""The checker pod for one run, built exactly as CONTRACT section 4 says (pure; no API access).
+
+Existing checker images rely on these names: the env vars they read, the labels Kuberhealthy finds
+them by, the annotation the report handler verifies.
+"""
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from kuberhealthy.checks import CheckSpec
+
+RUN_ID_LABEL = "kuberhealthy-run-id"
+CHECK_NAME_LABEL = "kuberhealthy-check-name"
+APP_LABEL_VALUE = "kuberhealthy-check"
+CHECK_NAME_ANNOTATION = "comcast.github.io/check-name"
+KH_REPORTING_URL = "KH_REPORTING_URL"
+KH_RUN_UUID = "KH_RUN_UUID"
+KH_CHECK_RUN_DEADLINE = "KH_CHECK_RUN_DEADLINE"
+KH_POD_NAMESPACE = "KH_POD_NAMESPACE"
+INJECTED_ENV = (KH_REPORTING_URL, KH_RUN_UUID, KH_CHECK_RUN_DEADLINE, KH_POD_NAMESPACE)
+
+
+def pod_name(check_name: str, unix_seconds: int) -> str:
+    return f"{check_name}-{unix_seconds}".lower()
+
+
+def build_pod(check: CheckSpec, run_uuid: str, unix_now: float, reporting_url: str,
+              owner: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The pod body to create for this run. `owner` is an ownerReference (the controller's pod) or None."""
+    spec = copy.deepcopy(check.pod_spec)
+    spec["restartPolicy"] = "Never"
+    deadline = int(unix_now + check.timeout)
+    injected = [
+        {"name": KH_REPORTING_URL, "value": reporting_url},
+        {"name": KH_RUN_UUID, "value": run_uuid},
+        {"name": KH_CHECK_RUN_DEADLINE, "value": str(deadline)},
+        {"name": KH_POD_NAMESPACE, "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}},
+    ]
+    for container in spec.get("containers") or []:
+        env = [e for e in container.get("env") or [] if e.get("name") not in INJECTED_ENV]
+        container["env"] = env + copy.deepcopy(injected)
+    labels = dict(check.extra_labels)
+    labels.update({RUN_ID_LABEL: run_uuid, CHECK_NAME_LABEL: check.name, "app": APP_LABEL_VALUE})
+    annotations = dict(check.extra_annotations)
+    annotations[CHECK_NAME_ANNOTATION] = check.name
+    meta: dict[str, Any] = {
+        "name": pod_name(check.name, int(unix_now)),
+        "namespace": check.namespace,
+        "labels": labels,
+        "annotations": annotations,
+    }
+    if owner is not None:
+        meta["ownerReferences"] = [owner]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+
+def pod_env_value(pod: dict[str, Any], name: str) -> str | None:
+    """A literal env value from the pod's containers (first match)."""
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        for e in container.get("env") or []:
+            if e.get("name") == name and "value" in e:
+                return str(e["value"])
+    return None

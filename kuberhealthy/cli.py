@@ -1,0 +1,80 @@
+"""Command line: parse flags, load and validate config, set up logging, run the server.
+
+The only module that exits the process. A bad config value or an unusable kubeconfig is one line on
+stderr naming the key, and exit code 2; nothing half-starts.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from kuberhealthy import __version__
+from kuberhealthy.config import DEFAULT_CONFIG_PATH, Config, load
+from kuberhealthy.errors import ConfigError
+
+EXIT_CONFIG = 2
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="kuberhealthy",
+        description="Run Kuberhealthy: synthetic health checks for Kubernetes. Runs khcheck resources as "
+                    "checker pods on their intervals, stores results in khstates, and serves the status "
+                    "page (/), Prometheus metrics (/metrics) and the check report endpoint "
+                    "(/externalCheckStatus).",
+        epilog="Environment: POD_NAME (this replica's identity, default hostname), POD_NAMESPACE (default "
+               "kuberhealthy), KH_EXTERNAL_REPORTING_URL (overrides externalCheckReportingURL), "
+               "CHECK_REAPER_RUN_INTERVAL, KUBECONFIG (when not running in a pod).")
+    p.add_argument("-c", "--config", metavar="FILE", default=None,
+                   help=f"YAML config file (default {DEFAULT_CONFIG_PATH}; a missing default file means "
+                        "all defaults)")
+    p.add_argument("-d", "--debug", action="store_true", help="log at debug level (overrides logLevel)")
+    p.add_argument("--kubeconfig", metavar="FILE", default=None,
+                   help="kubeconfig to use instead of in-cluster config / KUBECONFIG")
+    p.add_argument("--version", action="version", version=f"kuberhealthy {__version__}")
+    return p.parse_args(argv)
+
+
+def setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper()),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s%(ctx)s",
+        stream=sys.stderr, force=True)
+    root = logging.getLogger()
+    for handler in root.handlers:
+        handler.addFilter(_ContextFilter())
+    logging.getLogger("urllib3").setLevel(logging.WARNING)
+    logging.getLogger("kubernetes").setLevel(logging.WARNING)
+
+
+class _ContextFilter(logging.Filter):
+    """Appends a run's check and UUID (from LoggerAdapter extras) to the line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        check = getattr(record, "check", None)
+        run = getattr(record, "run", None)
+        record.ctx = f" [{check} run={run}]" if check else ""
+        return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        config: Config = load(args.config)
+    except ConfigError as e:
+        print(f"kuberhealthy: error: {e}", file=sys.stderr)
+        return EXIT_CONFIG
+    setup_logging("debug" if args.debug else config.log_level)
+    from kuberhealthy.kube import Kube
+    try:
+        Kube.connect(args.kubeconfig).close()  # fail fast here, not in the worker after fork
+    except ConfigError as e:
+        print(f"kuberhealthy: error: {e}", file=sys.stderr)
+        return EXIT_CONFIG
+    from kuberhealthy.server import serve
+    return serve(config, args.kubeconfig, args.config)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,169 @@
+"""The khstate record: its v2 wire shape and the few writes the daemon makes to it.
+
+A khstate (same name and namespace as its khcheck or khjob) holds the last result. Writers:
+  claim_run      the runner, at the start of a run: new `uuid` (the only run allowed to report)
+  record_report  the report handler: OK/Errors/LastRun from the checker pod, iff the uuid still matches
+  record_result  the runner, after the pod exits: RunDuration and Node
+  record_error   the runner, when the run itself failed: OK false and `Check execution error: ...`
+Every write is read-modify-write with resourceVersion (409 → re-read, retry), so concurrent writers
+never lose each other's fields.
+
+`LastRun` has one-second precision (as v2 writes it), too coarse to tell two quick reports apart, so a
+report also stamps the annotation REPORTED_UUID with the run it was accepted for; the runner waits on
+that.
+"""
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from kuberhealthy.errors import KuberhealthyError
+from kuberhealthy.kube import KHSTATES, Obj, Resources
+
+REPORTED_UUID = "kuberhealthy.comcast.github.io/reported-uuid"
+WORKLOAD_CHECK = "KHCheck"
+WORKLOAD_JOB = "KHJob"
+
+
+class StaleReport(KuberhealthyError):
+    """The report's run is not the one the khstate currently allows (it moved on, or never started)."""
+
+
+@dataclass(frozen=True)
+class Spec:
+    """A khstate's `spec`, parsed tolerantly (a hand-edited or v2-written khstate must not crash us)."""
+
+    ok: bool
+    errors: tuple[str, ...]
+    run_duration: str
+    namespace: str
+    node: str
+    last_run: str | None
+    authoritative_pod: str
+    uuid: str
+
+    @classmethod
+    def of(cls, obj: Obj) -> Spec:
+        s = obj.get("spec") or {}
+        errors = s.get("Errors") or []
+        return cls(
+            ok=bool(s.get("OK", False)),
+            errors=tuple(str(e) for e in errors) if isinstance(errors, list) else (),
+            run_duration=str(s.get("RunDuration") or ""),
+            namespace=str(s.get("Namespace") or (obj.get("metadata") or {}).get("namespace") or ""),
+            node=str(s.get("Node") or ""),
+            last_run=str(s["LastRun"]) if s.get("LastRun") else None,
+            authoritative_pod=str(s.get("AuthoritativePod") or ""),
+            uuid=str(s.get("uuid") or ""),
+        )
+
+
+def rfc3339(now: dt.datetime) -> str:
+    """metav1.Time's wire form: UTC, whole seconds."""
+    return now.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+def reported_uuid(obj: Obj | None) -> str:
+    if not obj:
+        return ""
+    return str(((obj.get("metadata") or {}).get("annotations") or {}).get(REPORTED_UUID) or "")
+
+
+def new_body(namespace: str, name: str, pod_name: str, workload: str = WORKLOAD_CHECK) -> Obj:
+    return {
+        "apiVersion": KHSTATES.api_version,
+        "kind": "KuberhealthyState",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"OK": True, "Errors": [], "RunDuration": "", "Namespace": namespace, "Node": "",
+                 "AuthoritativePod": pod_name, "uuid": "", "khWorkload": workload},
+    }
+
+
+def _writer(namespace: str, name: str, pod_name: str, workload: str,
+            change: Callable[[dict], None]) -> Callable[[Obj | None], Obj | None]:
+    def mutate(current: Obj | None) -> Obj | None:
+        obj = current if current is not None else new_body(namespace, name, pod_name, workload)
+        spec = obj.setdefault("spec", {})
+        spec.setdefault("Errors", [])
+        spec.setdefault("RunDuration", "")
+        spec.setdefault("Namespace", namespace)
+        spec.setdefault("Node", "")
+        spec.setdefault("uuid", "")
+        spec.setdefault("OK", True)
+        change(obj)
+        return obj
+    return mutate
+
+
+def claim_run(res: Resources, namespace: str, name: str, run_uuid: str, pod_name: str,
+              workload: str = WORKLOAD_CHECK) -> Obj:
+    """Make run_uuid the only run allowed to report; create the khstate if missing."""
+    def change(obj: Obj) -> None:
+        obj["spec"]["uuid"] = run_uuid
+        obj["spec"]["AuthoritativePod"] = pod_name
+        obj["spec"]["Namespace"] = namespace
+    out = res.update_with_retry(KHSTATES, namespace, name, _writer(namespace, name, pod_name, workload, change))
+    assert out is not None
+    return out
+
+
+def record_report(res: Resources, namespace: str, name: str, run_uuid: str, ok: bool, errors: list[str],
+                  pod_name: str, now: dt.datetime | None = None) -> Obj:
+    """Store a checker pod's report. Raises StaleReport (and writes nothing) if run_uuid is not current."""
+    when = rfc3339(now or utcnow())
+
+    def mutate(current: Obj | None) -> Obj | None:
+        if current is None or Spec.of(current).uuid != run_uuid:
+            raise StaleReport(f"run {run_uuid} of {namespace}/{name} is not the current run")
+        spec = current["spec"]
+        spec["OK"] = ok
+        spec["Errors"] = list(errors)
+        spec["LastRun"] = when
+        spec["AuthoritativePod"] = pod_name
+        spec.setdefault("RunDuration", "")
+        spec.setdefault("Node", "")
+        spec.setdefault("Namespace", namespace)
+        current.setdefault("metadata", {}).setdefault("annotations", {})[REPORTED_UUID] = run_uuid
+        return current
+    out = res.update_with_retry(KHSTATES, namespace, name, mutate)
+    assert out is not None
+    return out
+
+
+def record_result(res: Resources, namespace: str, name: str, run_uuid: str, run_duration: str, node: str,
+                  pod_name: str) -> Obj | None:
+    """After the pod exited: RunDuration and Node, unless a newer run has claimed the khstate."""
+    def mutate(current: Obj | None) -> Obj | None:
+        if current is None or Spec.of(current).uuid != run_uuid:
+            return None
+        current["spec"]["RunDuration"] = run_duration
+        current["spec"]["Node"] = node
+        current["spec"]["AuthoritativePod"] = pod_name
+        return current
+    return res.update_with_retry(KHSTATES, namespace, name, mutate)
+
+
+def record_error(res: Resources, namespace: str, name: str, errors: list[str], pod_name: str,
+                 run_duration: str = "", node: str = "", workload: str = WORKLOAD_CHECK,
+                 now: dt.datetime | None = None) -> Obj:
+    """The run failed: OK false with the given errors; the current uuid is kept."""
+    when = rfc3339(now or utcnow())
+
+    def change(obj: Obj) -> None:
+        spec = obj["spec"]
+        spec["OK"] = False
+        spec["Errors"] = list(errors)
+        spec["LastRun"] = when
+        spec["AuthoritativePod"] = pod_name
+        if run_duration:
+            spec["RunDuration"] = run_duration
+        if node:
+            spec["Node"] = node
+    out = res.update_with_retry(KHSTATES, namespace, name, _writer(namespace, name, pod_name, workload, change))
+    assert out is not None
+    return out

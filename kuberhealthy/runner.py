@@ -1,0 +1,297 @@
+"""One check run: the checker pod's lifecycle as an explicit state machine.
+
+    CLAIM → VALIDATE → CLEAR → CREATE → START → REPORT → EXIT → RECORD → DONE
+
+Every wait is one Notifier.wait_for() on the watch caches, racing one monotonic deadline for the
+whole run (start + timeout) and the check's stop event: no fixed sleeps, no polling. A run that
+fails records `Check execution error: <ns>/<name>: <reason>` with v2's reasons. A checker pod
+deleted by someone else before it reported skips the run quietly. On a timeout or a stop the run's
+live pods are evicted (delete as fallback). This module knows nothing about HTTP or scheduling.
+"""
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kuberhealthy import khstate
+from kuberhealthy.checkpod import RUN_ID_LABEL, build_pod, pod_name
+from kuberhealthy.checks import CheckSpec, validate_pod_spec
+from kuberhealthy.durations import format_duration
+from kuberhealthy.errors import ApiError, Conflict
+from kuberhealthy.kube import KHSTATES, PODS, Obj
+
+logger = logging.getLogger(__name__)
+
+POD_START_FAILURES = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName")
+FINISHED = ("Succeeded", "Failed")
+
+# v2's reasons, kept word for word: alerts and dashboards match on them.
+ERR_CLEANUP = "failed to see pod cleanup within timeout"
+ERR_RUNNING = "failed to see pod running within timeout"
+ERR_REPORT = "timed out waiting for checker pod to report in"
+ERR_EXIT = "timed out waiting for pod to exit"
+ERR_START = "error when waiting for pod to start: "
+
+
+class Phase(enum.Enum):
+    CLAIM = "claim"
+    VALIDATE = "validate"
+    CLEAR = "clear"
+    CREATE = "create"
+    START = "start"
+    REPORT = "report"
+    EXIT = "exit"
+    RECORD = "record"
+    DONE = "done"
+
+
+class Outcome(enum.Enum):
+    REPORTED = "reported"  # the pod reported (OK or not) and the run was recorded
+    FAILED = "failed"  # the run itself failed; an execution error was recorded
+    SKIPPED = "skipped"  # the pod was removed by someone else before reporting
+    STOPPED = "stopped"  # the check was stopped (shutdown, leadership lost, spec changed)
+
+
+@dataclass
+class RunResult:
+    outcome: Outcome
+    run_uuid: str
+    phase: Phase
+    errors: list[str] = field(default_factory=list)
+    duration: float = 0.0  # seconds
+    pod: str = ""
+    node: str = ""
+
+
+class _Stopped(Exception):
+    pass
+
+
+class _Failed(Exception):
+    pass
+
+
+class _Skipped(Exception):
+    pass
+
+
+def _live(pod: Obj) -> bool:
+    return (pod.get("status") or {}).get("phase") not in FINISHED
+
+
+def _start_failure(pod: Obj) -> str | None:
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        reason = ((cs.get("state") or {}).get("waiting") or {}).get("reason")
+        if reason in POD_START_FAILURES:
+            return str(reason)
+    return None
+
+
+class Runner:
+    """Runs one check once. Construct per run; call run() on the check's thread."""
+
+    def __init__(self, services: Any, check: CheckSpec, stop: threading.Event,
+                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
+        self.s = services
+        self.check = check
+        self.stop = stop
+        self.clock = clock
+        self.wall = wall
+        self.run_uuid = str(uuid.uuid4())
+        self.phase = Phase.CLAIM
+        self.pod: Obj | None = None
+        self.log = logging.LoggerAdapter(logger, {"check": check.key, "run": self.run_uuid})
+
+    # --- helpers ---------------------------------------------------------------------------------
+
+    def _pods_of_run(self) -> list[Obj]:
+        return self.s.pods.by_index("uuid", self.run_uuid)
+
+    def _my_pod(self) -> Obj | None:
+        pods = self._pods_of_run()
+        return pods[0] if pods else None
+
+    def _wait(self, predicate: Callable[[], Any], deadline: float) -> Any:
+        value = self.s.notifier.wait_for(predicate, deadline, self.stop, self.clock)
+        if self.stop.is_set():
+            raise _Stopped()
+        return value
+
+    def _reported(self) -> bool:
+        return khstate.reported_uuid(self.s.khstates.get(self.check.namespace, self.check.name)) == self.run_uuid
+
+    def _reported_confirmed(self) -> bool:
+        """The cache may lag the pod watch: confirm with one read before deciding it never reported."""
+        if self._reported():
+            return True
+        try:
+            obj = self.s.resources.get(KHSTATES, self.check.namespace, self.check.name)
+        except ApiError:
+            return False
+        return khstate.reported_uuid(obj) == self.run_uuid
+
+    def _evict_run_pods(self) -> None:
+        for pod in self._pods_of_run():
+            if _live(pod):
+                meta = pod["metadata"]
+                how = self.s.resources.evict_pod(meta["namespace"], meta["name"])
+                self.log.info("Removed checker pod %s (%s)", meta["name"], how)
+
+    # --- the run -----------------------------------------------------------------------------------
+
+    def run(self) -> RunResult:
+        start = self.clock()
+        deadline = start + self.check.timeout
+        try:
+            self._run(deadline)
+            outcome, errors = Outcome.REPORTED, list[str]()
+        except _Stopped:
+            outcome, errors = Outcome.STOPPED, []
+            self.log.info("Run stopped in phase %s", self.phase.value)
+            self._evict_run_pods()
+        except _Skipped:
+            outcome, errors = Outcome.SKIPPED, []
+            self.log.info("Checker pod was removed before it reported; skipping this run")
+        except _Failed as e:
+            outcome, errors = Outcome.FAILED, [f"Check execution error: {self.check.key}: {e}"]
+            self.log.warning("Run failed in phase %s: %s", self.phase.value, e)
+            self._evict_run_pods()
+        duration = self.clock() - start
+        node = str(((self.pod or {}).get("spec") or {}).get("nodeName") or "")
+        if outcome is Outcome.FAILED:
+            khstate.record_error(self.s.resources, self.check.namespace, self.check.name, errors,
+                                 self.s.config.pod_name, format_duration(duration), node, self.check.workload)
+        result = RunResult(outcome, self.run_uuid, self.phase, errors, duration,
+                           str(((self.pod or {}).get("metadata") or {}).get("name") or ""), node)
+        if outcome in (Outcome.REPORTED, Outcome.FAILED):
+            self._forward(result)
+        return result
+
+    def _run(self, deadline: float) -> None:
+        ns, name = self.check.namespace, self.check.name
+        # CLAIM: only this run's UUID may report from now on.
+        self.phase = Phase.CLAIM
+        khstate.claim_run(self.s.resources, ns, name, self.run_uuid, self.s.config.pod_name, self.check.workload)
+        self.log.info("Run started (timeout %s)", format_duration(self.check.timeout))
+
+        self.phase = Phase.VALIDATE
+        problem = validate_pod_spec(self.check.pod_spec)
+        if problem:
+            raise _Failed(problem)
+
+        # CLEAR: earlier checker pods of this check must be gone before a new one starts.
+        self.phase = Phase.CLEAR
+        key = self.check.key
+
+        def earlier_live() -> list[Obj]:
+            return [p for p in self.s.pods.by_index("check", key)
+                    if _live(p) and (p["metadata"].get("labels") or {}).get(RUN_ID_LABEL) != self.run_uuid]
+        stale = earlier_live()
+        for pod in stale:
+            self.log.info("Removing earlier checker pod %s", pod["metadata"]["name"])
+            self.s.resources.evict_pod(ns, pod["metadata"]["name"])
+        if stale and not self._wait(lambda: not earlier_live(), deadline):
+            raise _Failed(ERR_CLEANUP)
+
+        # CREATE: the name has one-second resolution; never reuse a name that still exists.
+        self.phase = Phase.CREATE
+        while self.s.pods.get(ns, pod_name(name, int(self.wall()))) is not None:
+            if self.stop.wait(max(0.01, 1.0 - (self.wall() % 1.0))):
+                raise _Stopped()
+        body = build_pod(self.check, self.run_uuid, self.wall(), self.s.config.external_check_reporting_url,
+                         self.s.owner_reference(ns))
+        try:
+            self.pod = self.s.resources.create(PODS, ns, body)
+        except Conflict as e:
+            raise _Failed(f"failed to create checker pod {body['metadata']['name']}: {e}") from None
+        except ApiError as e:
+            raise _Failed(f"failed to create checker pod: {e}") from None
+        self.log.info("Created checker pod %s", body["metadata"]["name"])
+
+        # START: past Pending, or an image pull failure.
+        self.phase = Phase.START
+
+        def started() -> tuple[str, Obj | None] | None:
+            pod = self._my_pod()
+            if pod is None:
+                return ("gone", None) if self.s.pods.get(ns, body["metadata"]["name"]) is None else None
+            failure = _start_failure(pod)
+            if failure:
+                return ("pull", pod)
+            if (pod.get("status") or {}).get("phase") not in (None, "", "Pending"):
+                return ("started", pod)
+            return None
+        got = self._wait_pod_seen(started, deadline)
+        if got is None:
+            raise _Failed(ERR_RUNNING)
+        state, pod = got
+        if pod is not None:
+            self.pod = pod
+        if state == "gone":
+            raise _Skipped()
+        if state == "pull":
+            raise _Failed(ERR_START + str(_start_failure(self.pod or {})))
+
+        # REPORT: the report handler stamps our UUID on the khstate.
+        self.phase = Phase.REPORT
+
+        def reported_or_ended() -> str | None:
+            if self._reported():
+                return "reported"
+            pod = self._my_pod()
+            if pod is None:
+                return "gone"
+            self.pod = pod
+            return "ended" if not _live(pod) else None
+        state2 = self._wait(reported_or_ended, deadline)
+        if state2 is None:
+            raise _Failed(ERR_REPORT)
+        if state2 in ("gone", "ended") and not self._reported_confirmed():
+            if state2 == "gone":
+                raise _Skipped()
+            raise _Failed(f"checker pod exited ({(self.pod or {}).get('status', {}).get('phase')}) "
+                          "without reporting in")
+        self.log.info("Checker pod reported")
+
+        # EXIT: the pod finishes (or is gone).
+        self.phase = Phase.EXIT
+
+        def exited() -> bool:
+            pod = self._my_pod()
+            if pod is None:
+                return True
+            self.pod = pod
+            return not _live(pod)
+        if not self._wait(exited, deadline):
+            raise _Failed(ERR_EXIT)
+
+        # RECORD: RunDuration is the real wall time of the run; Node is where the pod ran.
+        self.phase = Phase.RECORD
+        node = str(((self.pod or {}).get("spec") or {}).get("nodeName") or "")
+        duration = format_duration(self.clock() - (deadline - self.check.timeout))
+        khstate.record_result(self.s.resources, ns, name, self.run_uuid, duration, node, self.s.config.pod_name)
+        self.phase = Phase.DONE
+        self.log.info("Run done in %s on node %s", duration, node or "?")
+
+    def _wait_pod_seen(self, predicate: Callable[[], Any], deadline: float) -> Any:
+        """Like _wait, but a pod the cache has not seen yet is not yet 'gone'."""
+        seen = self._wait(lambda: self._my_pod() is not None or None, min(deadline, self.clock() + 30.0))
+        if seen is None and self._my_pod() is None:
+            # Not even created in the cache within 30 s (or the deadline): treat as never running.
+            return None if self.clock() >= deadline else ("gone", None)
+        return self._wait(predicate, deadline)
+
+    def _forward(self, result: RunResult) -> None:
+        influx = getattr(self.s, "influx", None)
+        if influx is None:
+            return
+        spec = khstate.Spec.of(self.s.khstates.get(self.check.namespace, self.check.name) or {})
+        ok = spec.ok if result.outcome is Outcome.REPORTED else False
+        errors = list(spec.errors) if result.outcome is Outcome.REPORTED else result.errors
+        influx.push(self.check.namespace, self.check.name, ok, errors, result.duration)

@@ -1,0 +1,141 @@
+"""The gunicorn application: one worker (gthread), the daemon's services started inside it.
+
+Everything runs in one worker process so the caches, the controller and the HTTP handlers share
+memory. The services start after the fork (post_worker_init) and stop when the worker exits
+(worker_exit): stop runs and remove their pods, release the Lease, flush Influx. gunicorn's
+graceful timeout bounds it, inside the chart's 60 s termination grace period.
+
+Signals: the arbiter's handlers only queue the signal (gunicorn's design). We add one rule on top:
+a second SIGTERM or SIGINT while stopping kills the worker and exits at once.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+from typing import Any
+
+from gunicorn.app.base import BaseApplication
+
+from kuberhealthy.config import Config
+
+logger = logging.getLogger(__name__)
+
+STOP_BUDGET = 45.0  # seconds for services.stop() inside the worker
+GRACEFUL_TIMEOUT = 55  # seconds the arbiter waits for the worker before SIGKILL
+HTTP_THREADS = 16
+
+
+def _bind(config: Config) -> str:
+    host = config.listen_host or "0.0.0.0"
+    if ":" in host:
+        host = f"[{host}]"
+    return f"{host}:{config.listen_port}"
+
+
+class _State:
+    services: Any = None
+    stopping = False
+
+
+def _post_worker_init(worker: Any) -> None:
+    """In the worker: build and start the services, then point the Flask app at them."""
+    from kuberhealthy.kube import Kube
+    from kuberhealthy.services import build
+    app: KuberhealthyApplication = worker.app
+    services = build(app.config, Kube.connect(app.kubeconfig))
+    _State.services = services
+    app.flask_holder.init(services)
+    services.start()
+
+    def watch_fatal() -> None:
+        if services.fatal.wait():
+            logger.error("A core thread died; stopping the process")
+            os.kill(os.getppid(), signal.SIGTERM)
+    threading.Thread(target=watch_fatal, name="kh-fatal-watch", daemon=True).start()
+
+
+def _worker_exit(server: Any, worker: Any) -> None:
+    services = _State.services
+    if services is not None:
+        logger.info("Stopping services")
+        services.stop(STOP_BUDGET)
+        services.kube.close()
+        logger.info("Services stopped")
+
+
+def _when_ready(server: Any) -> None:
+    """In the arbiter: a second SIGTERM/SIGINT during a graceful stop ends everything at once."""
+    first: dict[int, bool] = {}
+    gunicorn_handler = server.signal
+
+    def handler(sig: int, frame: Any) -> None:
+        if first.get(0):
+            logger.warning("Second signal: exiting now")
+            for pid in list(server.WORKERS):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            os._exit(1)
+        first[0] = True
+        gunicorn_handler(sig, frame)
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+
+
+class _FlaskHolder:
+    """A WSGI callable that forwards to the Flask app once the worker has built it."""
+
+    def __init__(self) -> None:
+        self.app: Any = None
+
+    def init(self, services: Any) -> None:
+        from kuberhealthy.web import create_app
+        self.app = create_app(services)
+
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
+        if self.app is None:
+            start_response("503 Service Unavailable", [("Content-Type", "text/plain")])
+            return [b"starting\n"]
+        return self.app(environ, start_response)
+
+
+class KuberhealthyApplication(BaseApplication):
+    def __init__(self, config: Config, kubeconfig: str | None, config_path: str | None) -> None:
+        self.config = config
+        self.kubeconfig = kubeconfig
+        self.config_path = config_path
+        self.flask_holder = _FlaskHolder()
+        super().__init__()
+
+    def load_config(self) -> None:
+        settings = {
+            "bind": [_bind(self.config)],
+            "workers": 1,
+            "worker_class": "gthread",
+            "threads": HTTP_THREADS,
+            "graceful_timeout": GRACEFUL_TIMEOUT,
+            "timeout": 60,
+            "keepalive": 5,
+            "accesslog": None,
+            "errorlog": "-",
+            "loglevel": "warning" if self.config.log_level != "debug" else "info",
+            "post_worker_init": _post_worker_init,
+            "worker_exit": _worker_exit,
+            "when_ready": _when_ready,
+            "proc_name": "kuberhealthy",
+        }
+        for key, value in settings.items():
+            self.cfg.set(key, value)
+
+    def load(self) -> Any:
+        return self.flask_holder
+
+
+def serve(config: Config, kubeconfig: str | None, config_path: str | None) -> int:
+    logger.info("Kuberhealthy starting as %s in %s, listening on %s", config.pod_name, config.pod_namespace,
+                _bind(config))
+    KuberhealthyApplication(config, kubeconfig, config_path).run()
+    return 0

@@ -1,0 +1,175 @@
+"""Builds every long-lived part of the daemon and owns their start() and stop(deadline).
+
+Caches (reflectors) run on every replica: every replica serves `/` and accepts reports. The leader
+elector runs on every replica; the controller starts check workers and reapers only while this
+replica leads. Stop order matters for the contract's shutdown: stop runs (removing their pods) →
+release the Lease → flush Influx → stop caches.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from kuberhealthy.config import Config
+from kuberhealthy.errors import ApiError, NotFound
+from kuberhealthy.kube import KHCHECKS, KHJOBS, KHSTATES, PODS, Kube, Notifier, Obj, Reflector, Resources
+
+logger = logging.getLogger(__name__)
+
+CHECK_POD_SELECTOR = "app=kuberhealthy-check"
+RUN_ID_LABEL = "kuberhealthy-run-id"
+CHECK_NAME_LABEL = "kuberhealthy-check-name"
+CHECK_NAME_ANNOTATION = "comcast.github.io/check-name"
+
+
+def pod_uuid_index(pod: Obj) -> list[str]:
+    run_id = ((pod.get("metadata") or {}).get("labels") or {}).get(RUN_ID_LABEL)
+    return [run_id] if run_id else []
+
+
+def pod_ip_index(pod: Obj) -> list[str]:
+    status = pod.get("status") or {}
+    ips = {str(i.get("ip")) for i in status.get("podIPs") or [] if i.get("ip")}
+    if status.get("podIP"):
+        ips.add(str(status["podIP"]))
+    return sorted(ips)
+
+
+def pod_check_index(pod: Obj) -> list[str]:
+    meta = pod.get("metadata") or {}
+    check = (meta.get("labels") or {}).get(CHECK_NAME_LABEL)
+    return [f"{meta.get('namespace')}/{check}"] if check else []
+
+
+class Services:
+    """The daemon's parts, wired together. Construct, start(), later stop(deadline)."""
+
+    def __init__(self, config: Config, kube: Kube, clock: Callable[[], float] = time.monotonic) -> None:
+        self.config = config
+        self.kube = kube
+        self.resources = Resources(kube)
+        self.clock = clock
+        self.notifier = Notifier()
+        ns = config.target_namespace or None
+        self.khchecks = Reflector(kube, KHCHECKS, namespace=ns, notifier=self.notifier,
+                                  name="kh-reflector-khchecks")
+        self.khstates = Reflector(kube, KHSTATES, namespace=ns, notifier=self.notifier,
+                                  name="kh-reflector-khstates")
+        self.khjobs = Reflector(kube, KHJOBS, namespace=ns, notifier=self.notifier, name="kh-reflector-khjobs")
+        self.pods = Reflector(kube, PODS, namespace=ns, label_selector=CHECK_POD_SELECTOR, notifier=self.notifier,
+                              indexers={"uuid": pod_uuid_index, "ip": pod_ip_index, "check": pod_check_index},
+                              name="kh-reflector-pods")
+        self.reflectors = [self.khchecks, self.khstates, self.khjobs, self.pods]
+        self.fatal = threading.Event()  # set when a part died unexpectedly: the process must stop
+        self.influx: Any = None  # an InfluxForwarder when enableInflux is on
+        self._owner_lock = threading.Lock()
+        self._owner: tuple[bool, Obj | None] = (False, None)  # (looked up yet, ownerReference)
+        self.controller: Any = None
+        self.elector: Any = None
+        self._parts: list[Any] = []  # started after the caches, stopped before them (reverse order)
+        self._started = False
+
+    def add_part(self, part: Any) -> None:
+        """Register something with start()/stop()/join(timeout) to run with the daemon."""
+        self._parts.append(part)
+
+    # --- queries used by the web layer --------------------------------------------------------------
+
+    def current_master(self) -> str:
+        """The Lease holder as this replica last saw it ("" when nobody holds it)."""
+        return str(self.elector.holder()) if self.elector is not None else ""
+
+    def is_leader(self) -> bool:
+        return bool(self.elector.is_leader()) if self.elector is not None else False
+
+    def owner_reference(self, namespace: str) -> Obj | None:
+        """An ownerReference to this replica's own pod, for checker pods in its namespace.
+
+        Looked up once: outside a cluster (no such pod) runs proceed without one.
+        """
+        if namespace != self.config.pod_namespace:
+            return None
+        with self._owner_lock:
+            looked_up, owner = self._owner
+            if not looked_up:
+                try:
+                    pod = self.resources.get(PODS, self.config.pod_namespace, self.config.pod_name)
+                    meta = pod.get("metadata") or {}
+                    owner = {"apiVersion": "v1", "kind": "Pod", "name": meta.get("name"), "uid": meta.get("uid")}
+                except NotFound:
+                    owner = None
+                except ApiError as e:
+                    logger.warning("Cannot look up this replica's pod for ownerReferences: %s", e)
+                    return None
+                self._owner = (True, owner)
+            return owner
+
+    def ready(self) -> bool:
+        return all(r.synced.is_set() for r in self.reflectors)
+
+    # --- lifecycle ---------------------------------------------------------------------------------
+
+    def start_caches(self) -> None:
+        for r in self.reflectors:
+            r.start()
+
+    def wait_synced(self, timeout: float) -> bool:
+        deadline = self.clock() + timeout
+        return all(r.synced.wait(max(0.0, deadline - self.clock())) for r in self.reflectors)
+
+    def start(self) -> None:
+        self.start_caches()
+        for part in self._parts:
+            part.start()
+        self._started = True
+
+    def stop(self, timeout: float = 50.0) -> None:
+        """Stop everything within `timeout` seconds: parts in reverse order, then the caches."""
+        deadline = self.clock() + timeout
+        for part in reversed(self._parts):
+            try:
+                part.stop()
+                part.join(max(0.1, deadline - self.clock()))
+            except Exception:  # shutdown must go on whatever one part does
+                logger.exception("Error stopping %s", type(part).__name__)
+        for r in self.reflectors:
+            r.stop()
+        for r in self.reflectors:
+            r.join(max(0.1, deadline - self.clock()))
+        alive = [r.name for r in self.reflectors if r.is_alive()]
+        if alive:
+            logger.warning("Threads still running after stop: %s", ", ".join(alive))
+
+
+def build(config: Config, kube: Kube) -> Services:
+    """Wire the whole daemon: caches, elector (or forced leader), controller, leader-only parts, Influx."""
+    from kuberhealthy.controller import Controller
+    from kuberhealthy.leader import ForcedLeader, LeaderElector
+
+    services = Services(config, kube)
+    if config.enable_influx:
+        from kuberhealthy.influx import InfluxForwarder
+        services.influx = InfluxForwarder(config)
+        services.add_part(services.influx)
+
+    def leader_parts() -> list[Any]:
+        from kuberhealthy.reaper import CheckReaper, StateReaper
+        return [CheckReaper(services), StateReaper(services)]
+
+    controller = Controller(services, leader_parts)
+    services.controller = controller
+    elector: Any
+    if config.enable_force_master:
+        elector = ForcedLeader(config.pod_name, controller.became_leader, controller.lost_leadership)
+    else:
+        elector = LeaderElector(services.resources, config.pod_namespace, config.pod_name, config.leader_election,
+                                controller.became_leader, controller.lost_leadership)
+    services.elector = elector
+    # Started in this order, stopped in reverse: the controller stops its checks first, then the
+    # elector releases the Lease, then Influx flushes.
+    services.add_part(elector)
+    services.add_part(controller)
+    return services
