@@ -138,7 +138,7 @@ def parse_listen_address(value: str) -> tuple[str, int]:
         host, sep, port = text.rpartition(":")
         if not sep:
             raise ValueError(value)
-    if not port.isdigit() or not 0 < int(port) < 65536:
+    if not port.isdigit() or not 0 <= int(port) < 65536:
         raise ValueError(value)
     return host, int(port)
 
