@@ -1,0 +1,167 @@
+{{/*
+The name of the daemon's Deployment, Service, ServiceAccount and ConfigMap: "kuberhealthy" unless
+nameOverride says otherwise. It does not include the release name, because checker images find the
+Service by this name.
+*/}}
+{{- define "kuberhealthy.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/*
+Cluster-scoped objects (ClusterRoles, ClusterRoleBindings) carry the release namespace in their name,
+so releases in different namespaces do not fight over them.
+*/}}
+{{- define "kuberhealthy.clusterName" -}}
+{{- printf "%s-%s" (include "kuberhealthy.name" .) .Release.Namespace -}}
+{{- end -}}
+
+{{/* The Deployment's selector; kept as "app: kuberhealthy", as in v2, so upgrades keep the selector. */}}
+{{- define "kuberhealthy.selectorLabels" -}}
+app: {{ include "kuberhealthy.name" . }}
+{{- end -}}
+
+{{- define "kuberhealthy.labels" -}}
+{{ include "kuberhealthy.selectorLabels" . }}
+app.kubernetes.io/name: {{ include "kuberhealthy.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end -}}
+
+{{/* Labels for the objects belonging to a bundled check. Call with (list $ "check-name"). */}}
+{{- define "kuberhealthy.checkLabels" -}}
+{{- $root := index . 0 -}}
+app.kubernetes.io/name: {{ include "kuberhealthy.name" $root }}
+app.kubernetes.io/instance: {{ $root.Release.Name }}
+app.kubernetes.io/component: {{ index . 1 }}
+app.kubernetes.io/managed-by: {{ $root.Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" $root.Chart.Name $root.Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end -}}
+
+{{/*
+An image reference from an image block (registry, repository, tag, digest). imageRegistry overrides
+every registry. Call with (list $ .Values.image "default-tag").
+*/}}
+{{- define "kuberhealthy.imageRef" -}}
+{{- $root := index . 0 -}}
+{{- $img := index . 1 -}}
+{{- $registry := $root.Values.imageRegistry | default $img.registry | default "" -}}
+{{- $ref := $img.repository -}}
+{{- if $registry -}}
+{{- $ref = printf "%s/%s" (trimSuffix "/" $registry) $img.repository -}}
+{{- end -}}
+{{- if $img.digest -}}
+{{- printf "%s@%s" $ref $img.digest -}}
+{{- else -}}
+{{- printf "%s:%s" $ref (toString ($img.tag | default (index . 2))) -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The URL checker pods report to. Empty when the daemon's own default
+(http://kuberhealthy.<POD_NAMESPACE>.svc.cluster.local/externalCheckStatus) is right.
+*/}}
+{{- define "kuberhealthy.reportingURL" -}}
+{{- $name := include "kuberhealthy.name" . -}}
+{{- $port := int .Values.service.externalPort -}}
+{{- if .Values.config.externalCheckReportingURL -}}
+{{- .Values.config.externalCheckReportingURL -}}
+{{- else if or (ne $name "kuberhealthy") (ne $port 80) (ne .Values.clusterDomain "cluster.local") -}}
+{{- $host := printf "%s.%s.svc.%s" $name .Release.Namespace .Values.clusterDomain -}}
+{{- if ne $port 80 -}}
+{{- $host = printf "%s:%d" $host $port -}}
+{{- end -}}
+{{- printf "http://%s/externalCheckStatus" $host -}}
+{{- end -}}
+{{- end -}}
+
+{{/* policy/v1 PodDisruptionBudget from Kubernetes 1.21, policy/v1beta1 before. */}}
+{{- define "kuberhealthy.pdbApiVersion" -}}
+{{- if .Capabilities.APIVersions.Has "policy/v1" -}}
+policy/v1
+{{- else -}}
+policy/v1beta1
+{{- end -}}
+{{- end -}}
+
+{{/*
+The parts every bundled check's podSpec shares. Call with (dict "root" $ "check" .Values.check.x).
+*/}}
+{{- define "kuberhealthy.checkPodSecurity" -}}
+{{- if .root.Values.securityContext.enabled }}
+securityContext:
+  runAsNonRoot: {{ .root.Values.securityContext.runAsNonRoot }}
+  runAsUser: {{ .root.Values.securityContext.runAsUser }}
+  fsGroup: {{ .root.Values.securityContext.fsGroup }}
+{{- end }}
+{{- with .root.Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .check.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .check.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* A bundled check's container settings after name and env. Same arguments as above. */}}
+{{- define "kuberhealthy.checkContainer" -}}
+image: {{ include "kuberhealthy.imageRef" (list .root .check.image "latest") | quote }}
+imagePullPolicy: IfNotPresent
+{{- with .check.resources }}
+resources:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- if .root.Values.securityContext.enabled }}
+securityContext:
+  allowPrivilegeEscalation: {{ .root.Values.securityContext.allowPrivilegeEscalation }}
+  readOnlyRootFilesystem: {{ .root.Values.securityContext.readOnlyRootFilesystem }}
+{{- end }}
+{{- end -}}
+
+{{/*
+A bundled check's env list: the fixed entries (a list of EnvVar maps) followed by extraEnvs; an
+extraEnvs entry replaces a fixed entry of the same name. Call with (dict "fixed" (list ...) "extra" map).
+*/}}
+{{- define "kuberhealthy.checkEnv" -}}
+{{- $extra := .extra | default dict -}}
+{{- $env := list -}}
+{{- range .fixed -}}
+{{- if not (hasKey $extra .name) -}}
+{{- $env = append $env . -}}
+{{- end -}}
+{{- end -}}
+{{- range $k, $v := $extra -}}
+{{- $env = append $env (dict "name" $k "value" (toString $v)) -}}
+{{- end -}}
+{{- if $env -}}
+env:
+  {{- toYaml $env | nindent 2 }}
+{{- end -}}
+{{- end -}}
+
+{{/* What the daemon does with check resources and checker pods (see rbac.yaml). */}}
+{{- define "kuberhealthy.checkRules" -}}
+- apiGroups: [comcast.github.io]
+  resources: [khchecks, khjobs]
+  verbs: [get, list, watch, update, patch]
+- apiGroups: [comcast.github.io]
+  resources: [khstates]
+  verbs: [get, list, watch, create, update, patch, delete]
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [get, list, watch, create, delete]
+- apiGroups: [""]
+  resources: [pods/eviction]
+  verbs: [create]
+{{- end -}}
+
+{{/* Bundled checks live where the daemon looks for checks: targetNamespace, else the release namespace. */}}
+{{- define "kuberhealthy.checkNamespace" -}}
+{{- .Values.targetNamespace | default .Release.Namespace -}}
+{{- end -}}

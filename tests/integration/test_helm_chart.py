@@ -1,0 +1,815 @@
+"""The Helm chart and the Dockerfile.
+
+`helm lint` and `helm template` check what the chart renders; a real `helm install` into the test API
+server checks that it applies, and then the chart's ServiceAccount is used for real API calls to prove
+that its RBAC allows what the daemon does and nothing the daemon has no business doing.
+
+helm comes from `bash hack/tools.sh` (or $KH_HELM, or PATH); without it the helm tests skip. The
+Dockerfile tests at the end need nothing but the files.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import ssl
+import subprocess
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from kuberhealthy import config as kh_config
+from tests.harness.cluster import REPO, TestCluster
+
+CHART = REPO / "helm" / "kuberhealthy"
+GROUP_PATH = "/apis/comcast.github.io/v1"
+RBAC_KINDS = ("Role", "ClusterRole")
+
+
+# --- helm --------------------------------------------------------------------------------------------
+
+def _find_helm() -> str | None:
+    if os.environ.get("KH_HELM"):
+        return os.environ["KH_HELM"]
+    root = Path(os.environ.get("KH_TESTBED_DIR", Path.home() / ".cache" / "kuberhealthy-testbed"))
+    cached = root / f"helm-layer-v{os.environ.get('KH_HELM_LAYER', '33')}" / "helm"
+    if cached.is_file() and os.access(cached, os.X_OK):
+        return str(cached)
+    return shutil.which("helm")
+
+
+@dataclass
+class Helm:
+    binary: str
+    home: Path
+
+    def run(self, *args: str, kubeconfig: Path | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+        # Helm's cache/config/data under a temporary home: the tests never touch the user's helm set-up.
+        env = dict(os.environ, HELM_CACHE_HOME=str(self.home / "cache"), HELM_CONFIG_HOME=str(self.home / "config"),
+                   HELM_DATA_HOME=str(self.home / "data"))
+        if kubeconfig is not None:
+            env["KUBECONFIG"] = str(kubeconfig)
+        proc = subprocess.run([self.binary, *args], capture_output=True, text=True, env=env, timeout=120,
+                              check=False)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"helm {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+        return proc
+
+    def template(self, *values: str, namespace: str = "monitoring",
+                 extra: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+        """Render the chart with --set values; returns the objects (empty documents dropped)."""
+        args = ["template", "kh", str(CHART), "--namespace", namespace, *extra]
+        for v in values:
+            args += ["--set", v]
+        out = self.run(*args).stdout
+        return [d for d in yaml.safe_load_all(out) if d]
+
+
+@pytest.fixture(scope="module")
+def helm(tmp_path_factory: pytest.TempPathFactory) -> Helm:
+    path = _find_helm()
+    if not path:
+        pytest.skip("helm not found: run `bash hack/tools.sh` (or set KH_HELM) to fetch it")
+    return Helm(path, tmp_path_factory.mktemp("helm-home"))
+
+
+def find(objs: list[dict[str, Any]], kind: str, name: str | None = None) -> list[dict[str, Any]]:
+    return [o for o in objs if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)]
+
+
+def one(objs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    found = find(objs, kind, name)
+    assert len(found) == 1, f"expected one {kind}/{name}, found {len(found)}"
+    return found[0]
+
+
+def config_file(objs: list[dict[str, Any]], name: str = "kuberhealthy") -> dict[str, Any]:
+    cm = one(objs, "ConfigMap", name)
+    doc = yaml.safe_load(cm["data"]["kuberhealthy.yaml"])
+    assert isinstance(doc, dict)
+    return doc
+
+
+def bound_to_daemon(objs: list[dict[str, Any]], kind: str, sa: str = "kuberhealthy") -> list[dict[str, Any]]:
+    """Bindings of the given kind whose subjects include the daemon's ServiceAccount."""
+    return [b for b in find(objs, kind)
+            if any(s.get("kind") == "ServiceAccount" and s.get("name") == sa for s in b.get("subjects") or [])]
+
+
+# Value sets that switch on every optional branch of the chart.
+VARIATIONS = {
+    "defaults": (),
+    "target namespace": ("targetNamespace=apps",),
+    "prometheus with service monitor and rule": (
+        "prometheus.enabled=true", "prometheus.serviceMonitor.enabled=true", "prometheus.prometheusRule.enabled=true"),
+    "every bundled check, cluster-wide": (
+        "check.dnsExternal.enabled=true", "check.podRestarts.enabled=true", "check.podStatus.enabled=true",
+        "check.networkConnection.enabled=true", "check.podRestarts.allNamespaces=true",
+        "check.podStatus.allNamespaces=true"),
+    "single replica, renamed, hard anti-affinity": (
+        "deployment.replicas=1", "config.enableForceMaster=true", "nameOverride=kh-canary",
+        "deployment.podAntiAffinity=hard", "tolerations.master=true", "securityContext.enabled=false"),
+}
+
+
+# --- lint and render -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("values", VARIATIONS.values(), ids=VARIATIONS.keys())
+def test_the_chart_passes_strict_helm_lint(helm: Helm, values: tuple[str, ...]) -> None:
+    args = ["lint", "--strict", str(CHART)]
+    for v in values:
+        args += ["--set", v]
+    proc = helm.run(*args)
+    assert "0 chart(s) failed" in proc.stdout
+
+
+def test_the_default_render_runs_two_hardened_replicas_with_the_contract_probes_and_env(helm: Helm) -> None:
+    objs = helm.template()
+    dep = one(objs, "Deployment", "kuberhealthy")
+    spec = dep["spec"]
+    pod = spec["template"]["spec"]
+    (container,) = pod["containers"]
+
+    assert spec["replicas"] == 2
+    assert spec["selector"]["matchLabels"] == {"app": "kuberhealthy"}  # as v2: upgrades keep the selector
+    assert pod["serviceAccountName"] == "kuberhealthy"
+    assert pod["terminationGracePeriodSeconds"] == 60
+    assert container["args"][:2] == ["--config", "/etc/config/kuberhealthy.yaml"]
+    assert "command" not in container  # the image's ENTRYPOINT (kuberhealthy) runs
+    assert container["ports"] == [{"name": "http", "containerPort": 8080, "protocol": "TCP"}]
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+
+    env = {e["name"]: e for e in container["env"]}
+    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes[mounts["/etc/config"]]["configMap"]["name"] == "kuberhealthy"
+    assert "emptyDir" in volumes[mounts["/tmp"]]  # the only writable path
+
+    psc, csc = pod["securityContext"], container["securityContext"]
+    assert psc["runAsNonRoot"] is True and psc["runAsUser"] != 0
+    assert csc["readOnlyRootFilesystem"] is True
+    assert csc["allowPrivilegeEscalation"] is False
+    assert csc["capabilities"]["drop"] == ["ALL"]
+
+    svc = one(objs, "Service", "kuberhealthy")
+    assert svc["spec"]["selector"] == {"app": "kuberhealthy"}
+    assert svc["spec"]["ports"] == [{"name": "http", "port": 80, "targetPort": "http", "protocol": "TCP"}]
+
+    pdb = one(objs, "PodDisruptionBudget", "kuberhealthy-pdb")
+    assert pdb["spec"]["minAvailable"] == 1
+    assert pdb["spec"]["selector"]["matchLabels"] == {"app": "kuberhealthy"}
+    one(objs, "ServiceAccount", "kuberhealthy")
+
+
+# A values file as a Kuberhealthy v2 (Go) chart user would have it: same key names and shapes.
+V2_VALUES = """
+checkReaper:
+  logLevel: error
+  maxKHJobAge: 30m
+  maxCheckPodAge: 24h
+  maxCompletedPodCount: 2
+  maxErrorPodCount: 3
+prometheus:
+  enabled: true
+  name: prometheus
+  serviceMonitor:
+    enabled: true
+    release: kube-prometheus-stack
+    additionalLabels: {}
+    endpoints:
+      interval: 30s
+      bearerTokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token
+    namespace: monitoring
+imageRegistry: {}
+image:
+  registry: registry.example.com
+  repository: kuberhealthy-python
+  tag:
+resources:
+  requests: {cpu: 400m, memory: 300Mi}
+  limits: {cpu: 2, memory: 1Gi}
+podDisruptionBudget:
+  enabled: true
+  minAvailable: 1
+  maxUnavailable:
+tolerations:
+  master: true
+deployment:
+  replicas: 3
+  maxSurge: 0
+  maxUnavailable: 1
+  imagePullPolicy: Always
+  nodeSelector: {kubernetes.io/os: linux}
+  podAnnotations: {team: sre}
+  env:
+    CHECK_REAPER_RUN_INTERVAL: "45s"
+  command:
+  - /app/kuberhealthy
+  affinity: {}
+  podAntiAffinity: hard
+securityContext:
+  enabled: true
+  runAsNonRoot: true
+  runAsUser: 999
+  fsGroup: 999
+  allowPrivilegeEscalation: false
+  readOnlyRootFilesystem: true
+podSecurityPolicy:
+  enabled: false
+service:
+  externalPort: 80
+  type: ClusterIP
+  annotations: {}
+check:
+  daemonset:
+    serviceAccountName:
+    enabled: true
+    runInterval: 15m
+    timeout: 12m
+    image: {registry: kuberhealthy, repository: daemonset-check, tag: v3.3.0}
+    extraEnvs: {}
+    nodeSelector: {}
+    tolerations:
+    resources: {requests: {cpu: 10m, memory: 50Mi}}
+  dnsInternal:
+    enabled: false
+  storage:
+    enabled: false
+    storageClass: [""]
+"""
+
+
+def test_a_kuberhealthy_v2_values_file_still_renders_with_its_settings(helm: Helm, tmp_path: Path) -> None:
+    values = tmp_path / "v2-values.yaml"
+    values.write_text(V2_VALUES)
+    objs = helm.template(extra=("--values", str(values)))
+    helm.run("lint", "--strict", str(CHART), "--values", str(values))
+
+    cfg = config_file(objs)
+    assert (cfg["logLevel"], cfg["maxKHJobAge"], cfg["maxCheckPodAge"]) == ("error", "30m", "24h")
+    assert (cfg["maxCompletedPodCount"], cfg["maxErrorPodCount"]) == (2, 3)
+    dep = one(objs, "Deployment", "kuberhealthy")
+    pod = dep["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert dep["spec"]["replicas"] == 3
+    assert container["image"] == "registry.example.com/kuberhealthy-python:0.1.0"
+    assert "command" not in container  # v2's /app/kuberhealthy does not exist in this image
+    assert {"name": "CHECK_REAPER_RUN_INTERVAL", "value": "45s"} in container["env"]
+    assert pod["nodeSelector"] == {"kubernetes.io/os": "linux"}
+    assert dep["spec"]["template"]["metadata"]["annotations"] == {"team": "sre"}
+    assert any(t["key"] == "node-role.kubernetes.io/master" for t in pod["tolerations"])
+    assert "requiredDuringSchedulingIgnoredDuringExecution" in pod["affinity"]["podAntiAffinity"]
+    assert one(objs, "ServiceMonitor", "kuberhealthy")["metadata"]["namespace"] == "monitoring"
+    assert {c["metadata"]["name"] for c in find(objs, "KuberhealthyCheck")} == {"daemonset", "deployment"}
+
+
+def test_a_single_replica_gets_no_disruption_budget_that_would_block_node_drains(helm: Helm) -> None:
+    assert find(helm.template("deployment.replicas=1"), "PodDisruptionBudget") == []
+
+
+def test_extra_env_and_args_reach_the_container_but_cannot_replace_the_pod_identity(helm: Helm) -> None:
+    objs = helm.template("deployment.env.KH_EXTERNAL_REPORTING_URL=http://kh.example/externalCheckStatus",
+                         "deployment.env.POD_NAME=spoofed", "deployment.args={--debug}")
+    (container,) = one(objs, "Deployment", "kuberhealthy")["spec"]["template"]["spec"]["containers"]
+    names = [e["name"] for e in container["env"]]
+    assert names.count("POD_NAME") == 1
+    env = {e["name"]: e for e in container["env"]}
+    assert "valueFrom" in env["POD_NAME"]
+    assert env["KH_EXTERNAL_REPORTING_URL"]["value"] == "http://kh.example/externalCheckStatus"
+    assert container["args"] == ["--config", "/etc/config/kuberhealthy.yaml", "--debug"]
+
+
+def test_the_config_map_holds_a_config_file_the_daemon_accepts_without_warnings(
+        helm: Helm, caplog: pytest.LogCaptureFixture) -> None:
+    cfg = config_file(helm.template())
+    assert set(cfg) >= {"listenAddress", "logLevel", "maxKHJobAge", "maxCheckPodAge", "maxCompletedPodCount",
+                        "maxErrorPodCount", "targetNamespace", "leaderElection", "enableForceMaster",
+                        "enableInflux", "checkReaperRunInterval", "stateReaperInterval", "promMetricsConfig"}
+    assert cfg["listenAddress"] == ":8080"
+    assert cfg["leaderElection"]["leaseName"] == "kuberhealthy"
+    assert "externalCheckReportingURL" not in cfg  # the daemon's default already names this Service
+
+    with caplog.at_level(logging.WARNING, logger="kuberhealthy.config"):
+        loaded = kh_config.from_mapping(cfg, environ={"POD_NAMESPACE": "monitoring", "POD_NAME": "kh-0"})
+    assert [r.getMessage() for r in caplog.records] == []
+    assert loaded.listen_port == 8080
+    assert loaded.max_check_pod_age == 72 * 3600
+    assert loaded.leader_election.lease_duration == 15
+    assert loaded.external_check_reporting_url == \
+        "http://kuberhealthy.monitoring.svc.cluster.local/externalCheckStatus"
+
+
+def test_values_reach_the_config_file_with_their_types_intact(helm: Helm) -> None:
+    cfg = config_file(helm.template(
+        "checkReaper.logLevel=debug", "checkReaper.maxCheckPodAge=1h30m", "checkReaper.maxErrorPodCount=0",
+        "targetNamespace=apps", "leaderElection.leaseName=kh-lease", "config.enableInflux=true",
+        "config.influxURL=http://influx:8086", "config.influxDB=kh", "config.influxPassword=p: w#1",
+        "config.promMetricsConfig.errorLabelMaxLength=100"))
+    loaded = kh_config.from_mapping(cfg, environ={"POD_NAMESPACE": "monitoring"})
+    assert loaded.log_level == "debug"
+    assert loaded.max_check_pod_age == 5400
+    assert loaded.max_error_pod_count == 0
+    assert loaded.target_namespace == "apps"
+    assert loaded.leader_election.lease_name == "kh-lease"
+    assert loaded.enable_influx and loaded.influx_url == "http://influx:8086" and loaded.influx_db == "kh"
+    assert loaded.influx_password == "p: w#1"  # YAML-special characters survive
+    assert loaded.prom_metrics.error_label_max_length == 100
+
+
+def test_a_renamed_service_or_port_points_checker_pods_at_the_right_url(helm: Helm) -> None:
+    renamed = config_file(helm.template("nameOverride=kh-canary", "service.externalPort=8081"), "kh-canary")
+    assert renamed["externalCheckReportingURL"] == \
+        "http://kh-canary.monitoring.svc.cluster.local:8081/externalCheckStatus"
+    explicit = config_file(helm.template("config.externalCheckReportingURL=https://kh.example/externalCheckStatus"))
+    assert explicit["externalCheckReportingURL"] == "https://kh.example/externalCheckStatus"
+
+
+def test_force_master_with_several_replicas_is_refused(helm: Helm) -> None:
+    proc = helm.run("template", "kh", str(CHART), "--set", "config.enableForceMaster=true", check=False)
+    assert proc.returncode != 0
+    assert "enableForceMaster" in proc.stderr
+
+
+def test_a_bad_duration_is_refused_by_the_values_schema(helm: Helm) -> None:
+    proc = helm.run("template", "kh", str(CHART), "--set-string", "checkReaper.maxKHJobAge=15 minutes", check=False)
+    assert proc.returncode != 0
+    assert "maxKHJobAge" in proc.stderr
+
+
+@pytest.mark.parametrize("values", VARIATIONS.values(), ids=VARIATIONS.keys())
+def test_no_rendered_rbac_rule_uses_a_wildcard(helm: Helm, values: tuple[str, ...]) -> None:
+    roles = [o for o in helm.template(*values) if o["kind"] in RBAC_KINDS]
+    assert roles
+    for role in roles:
+        assert "aggregationRule" not in role
+        for rule in role["rules"]:
+            assert "nonResourceURLs" not in rule, role["metadata"]["name"]
+            for key in ("verbs", "resources", "apiGroups", "resourceNames"):
+                for item in rule.get(key) or []:
+                    assert "*" not in item, f"{role['kind']}/{role['metadata']['name']} {key}: {item!r}"
+
+
+def _rules_by_resource(role: dict[str, Any]) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for rule in role["rules"]:
+        for group in rule["apiGroups"]:
+            for res in rule["resources"]:
+                out.setdefault(f"{group}/{res}", set()).update(rule["verbs"])
+    return out
+
+
+DAEMON_CHECK_RULES = {
+    "comcast.github.io/khchecks": {"get", "list", "watch", "update", "patch"},
+    "comcast.github.io/khjobs": {"get", "list", "watch", "update", "patch"},
+    "comcast.github.io/khstates": {"get", "list", "watch", "create", "update", "patch", "delete"},
+    "/pods": {"get", "list", "watch", "create", "delete"},
+    "/pods/eviction": {"create"},
+}
+
+
+def test_by_default_the_daemon_gets_exactly_its_check_rules_cluster_wide(helm: Helm) -> None:
+    objs = helm.template()
+    (crb,) = bound_to_daemon(objs, "ClusterRoleBinding")
+    role = one(objs, "ClusterRole", crb["roleRef"]["name"])
+    assert _rules_by_resource(role) == DAEMON_CHECK_RULES
+    (rb,) = bound_to_daemon(objs, "RoleBinding")
+    lease_role = one(objs, "Role", rb["roleRef"]["name"])
+    assert lease_role["metadata"]["namespace"] == "monitoring"
+    assert _rules_by_resource(lease_role) == {"coordination.k8s.io/leases": {"create", "get", "update"}}
+    named = [r for r in lease_role["rules"] if r.get("resourceNames")]
+    assert named == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                      "resourceNames": ["kuberhealthy"], "verbs": ["get", "update"]}]
+
+
+def test_with_a_target_namespace_the_daemon_gets_a_role_there_and_no_cluster_role(helm: Helm) -> None:
+    objs = helm.template("targetNamespace=apps")
+    assert bound_to_daemon(objs, "ClusterRoleBinding") == []
+    bindings = {b["metadata"]["namespace"]: b for b in bound_to_daemon(objs, "RoleBinding")}
+    assert set(bindings) == {"apps", "monitoring"}
+    check_role = one(objs, "Role", bindings["apps"]["roleRef"]["name"])
+    assert check_role["metadata"]["namespace"] == "apps"
+    assert _rules_by_resource(check_role) == DAEMON_CHECK_RULES
+    # In its own namespace only its Lease (it reads its own pod only when checks run beside it).
+    own = [r for r in find(objs, "Role") if r["metadata"]["namespace"] == "monitoring"
+           and r["metadata"]["name"] == bindings["monitoring"]["roleRef"]["name"]]
+    assert _rules_by_resource(own[0]) == {"coordination.k8s.io/leases": {"create", "get", "update"}}
+    # The bundled checks follow the daemon into the target namespace.
+    assert {c["metadata"]["namespace"] for c in find(objs, "KuberhealthyCheck")} == {"apps"}
+    assert config_file(objs)["targetNamespace"] == "apps"
+
+
+def test_prometheus_values_render_scrape_annotations_or_a_service_monitor(helm: Helm) -> None:
+    annotated = helm.template("prometheus.enabled=true")
+    svc = one(annotated, "Service", "kuberhealthy")
+    assert svc["metadata"]["annotations"]["prometheus.io/scrape"] == "true"
+    assert svc["metadata"]["annotations"]["prometheus.io/port"] == "8080"
+    assert find(annotated, "ServiceMonitor") == []
+
+    objs = helm.template("prometheus.enabled=true", "prometheus.serviceMonitor.enabled=true",
+                         "prometheus.serviceMonitor.additionalLabels.team=sre")
+    sm = one(objs, "ServiceMonitor", "kuberhealthy")
+    assert sm["metadata"]["namespace"] == "monitoring"
+    assert sm["metadata"]["labels"]["team"] == "sre"
+    assert sm["spec"]["selector"]["matchLabels"] == {"app": "kuberhealthy"}
+    assert sm["spec"]["namespaceSelector"]["matchNames"] == ["monitoring"]
+    assert sm["spec"]["endpoints"] == [{"port": "http", "path": "/metrics", "interval": "15s"}]
+    assert "annotations" not in one(objs, "Service", "kuberhealthy")["metadata"]
+
+    assert find(helm.template(), "ServiceMonitor") == []
+
+
+def test_the_bundled_checks_render_as_valid_khchecks_with_their_own_service_accounts(helm: Helm) -> None:
+    objs = helm.template(*VARIATIONS["every bundled check, cluster-wide"])
+    checks = {c["metadata"]["name"]: c for c in find(objs, "KuberhealthyCheck")}
+    assert set(checks) == {"daemonset", "deployment", "dns-status-internal", "dns-status-external",
+                           "pod-restarts", "pod-status", "network-connection-check"}
+    accounts = {sa["metadata"]["name"] for sa in find(objs, "ServiceAccount")}
+    for name, check in checks.items():
+        pod = check["spec"]["podSpec"]
+        assert pod["containers"] and all(c.get("image") for c in pod["containers"]), name
+        assert re.fullmatch(r"(\d+(ms|s|m|h))+", check["spec"]["runInterval"]), name
+        if "serviceAccountName" in pod:
+            assert pod["serviceAccountName"] in accounts, name
+        for container in pod["containers"]:
+            env_names = [e["name"] for e in container.get("env") or []]
+            assert len(env_names) == len(set(env_names)), f"{name}: duplicate env {env_names}"
+    # allNamespaces binds the cluster-wide roles to the account in the release namespace.
+    for crb in find(objs, "ClusterRoleBinding"):
+        assert all(s["namespace"] == "monitoring" for s in crb["subjects"])
+
+
+def test_include_crds_renders_the_three_crds(helm: Helm) -> None:
+    crds = find(helm.template(extra=("--include-crds",)), "CustomResourceDefinition")
+    assert {c["metadata"]["name"] for c in crds} == {
+        "khchecks.comcast.github.io", "khstates.comcast.github.io", "khjobs.comcast.github.io"}
+    assert find(helm.template(), "CustomResourceDefinition") == []
+
+
+# --- a real install, and the ServiceAccount's privileges -------------------------------------------------
+
+def _new_namespace(cluster: TestCluster, prefix: str) -> str:
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    cluster.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    return name
+
+
+@dataclass
+class Installed:
+    namespace: str
+    other: str  # a second namespace, to show what the daemon may do outside its own
+    token: str  # the chart ServiceAccount's token
+
+
+class API:
+    """Raw requests as some identity; returns (status, body) and never raises on HTTP errors."""
+
+    def __init__(self, cluster: TestCluster, token: str) -> None:
+        self.server = cluster.server
+        self.token = token
+        self.ctx = ssl.create_default_context()
+        self.ctx.check_hostname = False
+        self.ctx.verify_mode = ssl.CERT_NONE
+
+    def __call__(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.server + path, data=data, method=method)
+        req.add_header("Authorization", f"Bearer {self.token}")
+        req.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(req, timeout=30, context=self.ctx) as resp:
+                raw = resp.read()
+                status = resp.status
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode(errors="replace")
+        try:
+            return status, json.loads(raw) if raw else None
+        except json.JSONDecodeError:  # a watch stream: several JSON documents
+            return status, raw.decode(errors="replace")
+
+    def can(self, verb: str, resource: str, group: str = "", namespace: str = "", name: str = "",
+            subresource: str = "") -> bool:
+        """A SelfSubjectAccessReview: what the API server's authorizer says about this identity."""
+        attrs = {"verb": verb, "resource": resource, "group": group, "namespace": namespace, "name": name,
+                 "subresource": subresource}
+        status, body = self("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+                            {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+                             "spec": {"resourceAttributes": attrs}})
+        assert status == 201, body
+        return bool(body["status"]["allowed"])
+
+
+def _token_of(kubeconfig: Path) -> str:
+    doc = yaml.safe_load(kubeconfig.read_text())
+    return str(doc["users"][0]["user"]["token"])
+
+
+@pytest.fixture(scope="module")
+def installed(helm: Helm, cluster: TestCluster) -> Iterator[Installed]:
+    """The chart installed once (defaults, CRDs skipped: the session installed them) for this module."""
+    ns = _new_namespace(cluster, "kh-chart")
+    proc = helm.run("install", "kuberhealthy", str(CHART), "--namespace", ns, "--skip-crds",
+                    kubeconfig=cluster.kubeconfig)
+    assert "STATUS: deployed" in proc.stdout
+    token = _token_of(cluster.sa_kubeconfig(ns, "kuberhealthy"))
+    other = _new_namespace(cluster, "kh-other")
+    try:
+        yield Installed(namespace=ns, other=other, token=token)
+    finally:
+        helm.run("uninstall", "kuberhealthy", "--namespace", ns, kubeconfig=cluster.kubeconfig, check=False)
+        # Leave no khchecks behind for a daemon started by a later test to pick up.
+        _delete_quietly(cluster, f"{GROUP_PATH}/namespaces/{other}/khchecks/elsewhere",
+                        f"{GROUP_PATH}/namespaces/{other}/khchecks/keep-me")
+
+
+def _delete_quietly(cluster: TestCluster, *paths: str) -> None:
+    for path in paths:
+        try:
+            cluster.request("DELETE", path)
+        except urllib.error.HTTPError as e:
+            if e.code != 404:
+                raise
+
+
+def _khstate(name: str) -> dict[str, Any]:
+    return {"apiVersion": "comcast.github.io/v1", "kind": "KuberhealthyState", "metadata": {"name": name},
+            "spec": {"OK": True, "Errors": [], "RunDuration": "1s", "Namespace": "x", "Node": "node-1",
+                     "AuthoritativePod": "kuberhealthy-0", "uuid": str(uuid.uuid4())}}
+
+
+def _khcheck(name: str) -> dict[str, Any]:
+    return {"apiVersion": "comcast.github.io/v1", "kind": "KuberhealthyCheck", "metadata": {"name": name},
+            "spec": {"runInterval": "1m", "timeout": "30s",
+                     "podSpec": {"containers": [{"name": "main", "image": "busybox"}]}}}
+
+
+def _pod(name: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox"}]}}
+
+
+# Where each kind the chart renders is created (policy/v1beta1: the test API server is Kubernetes 1.20).
+KIND_PATHS = {
+    "ConfigMap": ("/api/v1", "configmaps"), "Service": ("/api/v1", "services"),
+    "ServiceAccount": ("/api/v1", "serviceaccounts"), "Deployment": ("/apis/apps/v1", "deployments"),
+    "PodDisruptionBudget": ("/apis/policy/v1beta1", "poddisruptionbudgets"),
+    "Role": ("/apis/rbac.authorization.k8s.io/v1", "roles"),
+    "RoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "rolebindings"),
+    "ClusterRole": ("/apis/rbac.authorization.k8s.io/v1", "clusterroles"),
+    "ClusterRoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "clusterrolebindings"),
+    "KuberhealthyCheck": (GROUP_PATH, "khchecks"),
+}
+
+
+@pytest.mark.parametrize("values", [v for k, v in VARIATIONS.items() if "prometheus" not in k],
+                         ids=[k for k in VARIATIONS if "prometheus" not in k])
+def test_every_rendered_object_passes_the_api_servers_validation(
+        helm: Helm, cluster: TestCluster, namespace: str, values: tuple[str, ...]) -> None:
+    values = tuple(f"targetNamespace={namespace}" if v.startswith("targetNamespace=") else v for v in values)
+    for obj in helm.template(*values, namespace=namespace):
+        prefix, plural = KIND_PATHS[obj["kind"]]
+        if obj["kind"] == "PodDisruptionBudget":
+            obj["apiVersion"] = "policy/v1beta1"
+        ns = obj["metadata"].get("namespace")
+        path = f"{prefix}/namespaces/{ns}/{plural}" if ns else f"{prefix}/{plural}"
+        try:
+            cluster.request("POST", path + "?dryRun=All", obj)
+        except urllib.error.HTTPError as e:
+            raise AssertionError(f"{obj['kind']}/{obj['metadata']['name']}: {e.read().decode()}") from None
+
+
+def test_helm_install_creates_the_daemon_its_service_account_rbac_and_config(
+        installed: Installed, cluster: TestCluster) -> None:
+    ns = installed.namespace
+    dep = cluster.request("GET", f"/apis/apps/v1/namespaces/{ns}/deployments/kuberhealthy")
+    assert dep["spec"]["replicas"] == 2
+    svc = cluster.request("GET", f"/api/v1/namespaces/{ns}/services/kuberhealthy")
+    assert svc["spec"]["ports"][0]["port"] == 80
+    cluster.request("GET", f"/api/v1/namespaces/{ns}/serviceaccounts/kuberhealthy")
+    cm = cluster.request("GET", f"/api/v1/namespaces/{ns}/configmaps/kuberhealthy")
+    kh_config.from_mapping(yaml.safe_load(cm["data"]["kuberhealthy.yaml"]), environ={"POD_NAMESPACE": ns})
+    cluster.request("GET", f"/apis/rbac.authorization.k8s.io/v1/clusterroles/kuberhealthy-{ns}")
+    crb = cluster.request("GET", f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/kuberhealthy-{ns}")
+    assert crb["subjects"] == [{"kind": "ServiceAccount", "name": "kuberhealthy", "namespace": ns}]
+    cluster.request("GET", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles/kuberhealthy")
+    cluster.request("GET", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings/kuberhealthy")
+    pdbs = cluster.request("GET", f"/apis/policy/v1beta1/namespaces/{ns}/poddisruptionbudgets")
+    assert [p["metadata"]["name"] for p in pdbs["items"]] == ["kuberhealthy-pdb"]
+    checks = cluster.request("GET", f"{GROUP_PATH}/namespaces/{ns}/khchecks")
+    assert {c["metadata"]["name"] for c in checks["items"]} == {"daemonset", "deployment", "dns-status-internal"}
+
+
+def test_the_service_account_can_list_and_watch_khchecks_and_khjobs_in_every_namespace(
+        installed: Installed, cluster: TestCluster) -> None:
+    cluster.request("POST", f"{GROUP_PATH}/namespaces/{installed.other}/khchecks", _khcheck("elsewhere"))
+    api = API(cluster, installed.token)
+    status, body = api("GET", f"{GROUP_PATH}/khchecks")
+    assert status == 200
+    assert (installed.other, "elsewhere") in {(c["metadata"]["namespace"], c["metadata"]["name"])
+                                              for c in body["items"]}
+    rv = body["metadata"]["resourceVersion"]
+    status, _ = api("GET", f"{GROUP_PATH}/khchecks?watch=1&timeoutSeconds=1&resourceVersion={rv}")
+    assert status == 200
+    assert api("GET", f"{GROUP_PATH}/khjobs")[0] == 200
+    assert api.can("watch", "khjobs", "comcast.github.io")
+    assert api.can("patch", "khjobs", "comcast.github.io", installed.other)
+
+
+def test_the_service_account_can_create_update_and_delete_khstates(installed: Installed, cluster: TestCluster) -> None:
+    api = API(cluster, installed.token)
+    base = f"{GROUP_PATH}/namespaces/{installed.other}/khstates"
+    status, created = api("POST", base, _khstate("state-check"))
+    assert status == 201, created
+    created["spec"]["OK"] = False
+    created["spec"]["Errors"] = ["boom"]
+    status, updated = api("PUT", f"{base}/state-check", created)
+    assert status == 200, updated
+    assert updated["spec"]["Errors"] == ["boom"]
+    assert api("GET", f"{GROUP_PATH}/khstates")[0] == 200
+    assert api("DELETE", f"{base}/state-check")[0] == 200
+
+
+def test_the_service_account_can_create_evict_and_delete_checker_pods(
+        installed: Installed, cluster: TestCluster) -> None:
+    api = API(cluster, installed.token)
+    base = f"/api/v1/namespaces/{installed.other}/pods"
+    for name in ("checker-a", "checker-b"):
+        status, body = api("POST", base, _pod(name))
+        assert status == 201, body
+    status, body = api("POST", f"{base}/checker-a/eviction",
+                       {"apiVersion": "policy/v1beta1", "kind": "Eviction",
+                        "metadata": {"name": "checker-a", "namespace": installed.other}})
+    assert status == 201, body
+    assert api("DELETE", f"{base}/checker-b")[0] == 200
+    assert api("GET", "/api/v1/pods")[0] == 200  # the pod watch is cluster-wide
+
+
+def test_the_service_account_can_create_read_and_renew_only_its_own_lease(
+        installed: Installed, cluster: TestCluster) -> None:
+    api = API(cluster, installed.token)
+    base = f"/apis/coordination.k8s.io/v1/namespaces/{installed.namespace}/leases"
+    lease = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "kuberhealthy"},
+             "spec": {"holderIdentity": "kuberhealthy-0", "leaseDurationSeconds": 15}}
+    status, body = api("POST", base, lease)
+    assert status == 201, body
+    status, body = api("GET", f"{base}/kuberhealthy")
+    assert status == 200
+    body["spec"]["holderIdentity"] = "kuberhealthy-1"
+    status, body = api("PUT", f"{base}/kuberhealthy", body)
+    assert status == 200, body
+    assert body["spec"]["holderIdentity"] == "kuberhealthy-1"
+
+    # Nothing else about Leases: not another Lease, not listing, not deleting, not other namespaces.
+    assert not api.can("get", "leases", "coordination.k8s.io", installed.namespace, "someone-elses-lease")
+    assert not api.can("update", "leases", "coordination.k8s.io", installed.namespace, "someone-elses-lease")
+    assert api("GET", base)[0] == 403
+    assert api("DELETE", f"{base}/kuberhealthy")[0] == 403
+    assert api("POST", f"/apis/coordination.k8s.io/v1/namespaces/{installed.other}/leases", lease)[0] == 403
+
+
+def test_the_service_account_cannot_read_secrets_delete_khchecks_or_create_deployments(
+        installed: Installed, cluster: TestCluster) -> None:
+    cluster.request("POST", f"{GROUP_PATH}/namespaces/{installed.other}/khchecks", _khcheck("keep-me"))
+    api = API(cluster, installed.token)
+
+    assert api("GET", "/api/v1/secrets")[0] == 403
+    assert api("GET", f"/api/v1/namespaces/{installed.namespace}/secrets")[0] == 403
+    assert api("DELETE", f"{GROUP_PATH}/namespaces/{installed.other}/khchecks/keep-me")[0] == 403
+    cluster.request("GET", f"{GROUP_PATH}/namespaces/{installed.other}/khchecks/keep-me")  # still there
+    assert api("POST", f"{GROUP_PATH}/namespaces/{installed.other}/khchecks", _khcheck("mine"))[0] == 403
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "nope"},
+                  "spec": {"selector": {"matchLabels": {"a": "b"}},
+                           "template": {"metadata": {"labels": {"a": "b"}},
+                                        "spec": {"containers": [{"name": "c", "image": "busybox"}]}}}}
+    assert api("POST", f"/apis/apps/v1/namespaces/{installed.namespace}/deployments", deployment)[0] == 403
+
+
+@pytest.mark.parametrize(("verb", "resource", "group", "subresource"), [
+    ("get", "secrets", "", ""),
+    ("list", "configmaps", "", ""),
+    ("update", "pods", "", ""),
+    ("patch", "pods", "", ""),
+    ("deletecollection", "pods", "", ""),
+    ("get", "pods", "", "exec"),
+    ("create", "pods", "", "exec"),
+    ("list", "nodes", "", ""),
+    ("create", "khchecks", "comcast.github.io", ""),
+    ("delete", "khchecks", "comcast.github.io", ""),
+    ("delete", "khjobs", "comcast.github.io", ""),
+    ("deletecollection", "khstates", "comcast.github.io", ""),
+    ("create", "deployments", "apps", ""),
+    ("create", "serviceaccounts", "", "token"),
+    ("bind", "clusterroles", "rbac.authorization.k8s.io", ""),
+    ("escalate", "roles", "rbac.authorization.k8s.io", ""),
+    ("impersonate", "serviceaccounts", "", ""),
+])
+def test_the_service_account_is_denied_what_the_daemon_never_does(
+        installed: Installed, cluster: TestCluster, verb: str, resource: str, group: str, subresource: str) -> None:
+    api = API(cluster, installed.token)
+    for ns in ("", installed.namespace, installed.other):
+        assert not api.can(verb, resource, group, ns, subresource=subresource), (verb, resource, subresource, ns)
+
+
+def test_helm_upgrade_rewrites_the_config_file_without_rolling_the_pods(
+        helm: Helm, installed: Installed, cluster: TestCluster) -> None:
+    ns = installed.namespace
+    before = cluster.request("GET", f"/apis/apps/v1/namespaces/{ns}/deployments/kuberhealthy")
+    helm.run("upgrade", "kuberhealthy", str(CHART), "--namespace", ns, "--set", "checkReaper.logLevel=debug",
+             kubeconfig=cluster.kubeconfig)
+    cm = cluster.request("GET", f"/api/v1/namespaces/{ns}/configmaps/kuberhealthy")
+    assert yaml.safe_load(cm["data"]["kuberhealthy.yaml"])["logLevel"] == "debug"
+    # The daemon re-reads the mounted file, so a config change must not restart (and re-elect) it.
+    after = cluster.request("GET", f"/apis/apps/v1/namespaces/{ns}/deployments/kuberhealthy")
+    assert after["metadata"]["generation"] == before["metadata"]["generation"]
+
+
+def test_with_a_target_namespace_the_service_account_reaches_only_that_namespace(
+        helm: Helm, cluster: TestCluster, namespace: str) -> None:
+    target = _new_namespace(cluster, "kh-target")
+    elsewhere = _new_namespace(cluster, "kh-elsewhere")
+    helm.run("install", "kuberhealthy", str(CHART), "--namespace", namespace, "--skip-crds",
+             "--set", f"targetNamespace={target}", kubeconfig=cluster.kubeconfig)
+    try:
+        api = API(cluster, _token_of(cluster.sa_kubeconfig(namespace, "kuberhealthy")))
+        status, body = api("GET", f"{GROUP_PATH}/namespaces/{target}/khchecks")
+        assert status == 200
+        assert {c["metadata"]["name"] for c in body["items"]} == {"daemonset", "deployment", "dns-status-internal"}
+        assert api("POST", f"{GROUP_PATH}/namespaces/{target}/khstates", _khstate("s"))[0] == 201
+        assert api("POST", f"/api/v1/namespaces/{target}/pods", _pod("checker"))[0] == 201
+
+        assert api("GET", f"{GROUP_PATH}/khchecks")[0] == 403
+        assert api("GET", f"{GROUP_PATH}/namespaces/{elsewhere}/khchecks")[0] == 403
+        assert api("POST", f"/api/v1/namespaces/{elsewhere}/pods", _pod("checker"))[0] == 403
+        assert not api.can("list", "pods", "", namespace)
+        assert api.can("update", "leases", "coordination.k8s.io", namespace, "kuberhealthy")
+    finally:
+        helm.run("uninstall", "kuberhealthy", "--namespace", namespace, kubeconfig=cluster.kubeconfig, check=False)
+        _delete_quietly(cluster, f"{GROUP_PATH}/namespaces/{target}/khstates/s",
+                        f"/api/v1/namespaces/{target}/pods/checker")
+
+
+# --- the Dockerfile --------------------------------------------------------------------------------------
+
+def _dockerfile() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) pairs, continuation lines joined and comments dropped."""
+    text = re.sub(r"\\\n", " ", (REPO / "Dockerfile").read_text())
+    out = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line and not line.startswith("#"):
+            instr, _, rest = line.partition(" ")
+            out.append((instr.upper(), rest.strip()))
+    return out
+
+
+def test_the_dockerfile_installs_the_package_and_runs_it_as_non_root_with_the_chart_config_path() -> None:
+    steps = _dockerfile()
+    instrs = dict(steps)  # the last of each instruction
+    assert [a for i, a in steps if i == "FROM"] == ["python:3.11-slim"]
+    assert any(i == "RUN" and re.search(r"pip install\b.*\s\.(\s|$)", a) for i, a in steps)
+    assert json.loads(instrs["ENTRYPOINT"]) == ["kuberhealthy"]
+    assert json.loads(instrs["CMD"]) == ["--config", "/etc/config/kuberhealthy.yaml"]
+    assert instrs["EXPOSE"] == "8080"
+
+    user = instrs["USER"].split(":")[0]
+    assert user.isdigit() and int(user) != 0  # numeric, so runAsNonRoot can verify it
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert int(user) == values["securityContext"]["runAsUser"]
+
+    # setup.py names the console script the ENTRYPOINT runs, and reads README.md: both must be copied.
+    assert "kuberhealthy = kuberhealthy.cli:main" in (REPO / "setup.py").read_text()
+    copied = " ".join(a for i, a in steps if i == "COPY")
+    for needed in ("setup.py", "pyproject.toml", "README.md", "kuberhealthy"):
+        assert needed in copied
+
+
+def test_the_docker_build_context_keeps_what_pip_install_needs() -> None:
+    patterns = [p.strip() for p in (REPO / ".dockerignore").read_text().splitlines()
+                if p.strip() and not p.startswith("#")]
+
+    def ignored(path: str) -> bool:  # Docker's rule: the last matching pattern wins
+        result = False
+        for pattern in patterns:
+            negate = pattern.startswith("!")
+            regex = re.escape(pattern.lstrip("!").rstrip("/")).replace(r"\*\*/", "(.*/)?").replace(r"\*", "[^/]*")
+            parts = path.split("/")
+            if any(re.fullmatch(regex, "/".join(parts[:n])) for n in range(1, len(parts) + 1)):
+                result = not negate
+        return result
+
+    for kept in ("setup.py", "pyproject.toml", "README.md", "kuberhealthy/__init__.py", "kuberhealthy/kube/client.py"):
+        assert not ignored(kept), kept
+    for dropped in (".git/config", ".venv/bin/python", "tests/conftest.py", "kuberhealthy/__pycache__/x.pyc"):
+        assert ignored(dropped), dropped
