@@ -18,7 +18,7 @@ from typing import Any
 
 from gunicorn.app.base import BaseApplication
 
-from kuberhealthy.config import Config
+from kuberhealthy.config import DEFAULT_CONFIG_PATH, Config
 
 logger = logging.getLogger(__name__)
 
@@ -34,35 +34,74 @@ def _bind(config: Config) -> str:
     return f"{host}:{config.listen_port}"
 
 
-class _State:
-    services: Any = None
-    stopping = False
+class Runtime:
+    """The worker's daemon: the current services, rebuilt when the config file changes."""
+
+    def __init__(self, app: KuberhealthyApplication) -> None:
+        self.app = app
+        self.config = app.config
+        self.services: Any = None
+        self.watcher: Any = None
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        from kuberhealthy.configwatch import ConfigWatcher
+        self._start_services(self.config)
+        path = self.app.config_path or DEFAULT_CONFIG_PATH
+        if os.path.exists(path):
+            self.watcher = ConfigWatcher(path, self.config, self.reload)
+            self.watcher.start()
+
+    def _start_services(self, config: Config) -> None:
+        from kuberhealthy.kube import Kube
+        from kuberhealthy.services import build
+        services = build(config, Kube.connect(self.app.kubeconfig))
+        self.services = services
+        self.app.flask_holder.init(services)
+        services.start()
+
+        def watch_fatal() -> None:
+            if services.fatal.wait():
+                logger.error("A core thread died; stopping the process")
+                os.kill(os.getppid(), signal.SIGTERM)
+        threading.Thread(target=watch_fatal, name="kh-fatal-watch", daemon=True).start()
+
+    def reload(self, config: Config) -> None:
+        """Stop the running services (checks stop, Lease released) and start them on the new config."""
+        with self._lock:
+            self._stop_services()
+            self.config = config
+            self._start_services(config)
+
+    def _stop_services(self) -> None:
+        services, self.services = self.services, None
+        if services is not None:
+            services.stop(STOP_BUDGET)
+            services.kube.close()
+
+    def stop(self) -> None:
+        if self.watcher is not None:
+            self.watcher.stop()
+            self.watcher.join(5)
+        with self._lock:
+            logger.info("Stopping services")
+            self._stop_services()
+            logger.info("Services stopped")
+
+
+_runtime: Runtime | None = None
 
 
 def _post_worker_init(worker: Any) -> None:
-    """In the worker: build and start the services, then point the Flask app at them."""
-    from kuberhealthy.kube import Kube
-    from kuberhealthy.services import build
-    app: KuberhealthyApplication = worker.app
-    services = build(app.config, Kube.connect(app.kubeconfig))
-    _State.services = services
-    app.flask_holder.init(services)
-    services.start()
-
-    def watch_fatal() -> None:
-        if services.fatal.wait():
-            logger.error("A core thread died; stopping the process")
-            os.kill(os.getppid(), signal.SIGTERM)
-    threading.Thread(target=watch_fatal, name="kh-fatal-watch", daemon=True).start()
+    """In the worker, after the fork: build and start the daemon."""
+    global _runtime
+    _runtime = Runtime(worker.app)
+    _runtime.start()
 
 
 def _worker_exit(server: Any, worker: Any) -> None:
-    services = _State.services
-    if services is not None:
-        logger.info("Stopping services")
-        services.stop(STOP_BUDGET)
-        services.kube.close()
-        logger.info("Services stopped")
+    if _runtime is not None:
+        _runtime.stop()
 
 
 def _when_ready(server: Any) -> None:
