@@ -101,19 +101,20 @@ def _writer(namespace: str, name: str, pod_name: str, workload: str,
 
 
 def claim_run(res: Resources, namespace: str, name: str, run_uuid: str, pod_name: str,
-              workload: str = WORKLOAD_CHECK) -> Obj:
+              workload: str = WORKLOAD_CHECK, hint: Obj | None = None) -> Obj:
     """Make run_uuid the only run allowed to report; create the khstate if missing."""
     def change(obj: Obj) -> None:
         obj["spec"]["uuid"] = run_uuid
         obj["spec"]["AuthoritativePod"] = pod_name
         obj["spec"]["Namespace"] = namespace
-    out = res.update_with_retry(KHSTATES, namespace, name, _writer(namespace, name, pod_name, workload, change))
+    out = res.update_with_retry(KHSTATES, namespace, name, _writer(namespace, name, pod_name, workload, change),
+                                hint=hint)
     assert out is not None
     return out
 
 
 def record_report(res: Resources, namespace: str, name: str, run_uuid: str, ok: bool, errors: list[str],
-                  pod_name: str, now: dt.datetime | None = None) -> Obj:
+                  pod_name: str, now: dt.datetime | None = None, hint: Obj | None = None) -> Obj:
     """Store a checker pod's report. Raises StaleReport (and writes nothing) if run_uuid is not current."""
     when = rfc3339(now or utcnow())
 
@@ -130,13 +131,13 @@ def record_report(res: Resources, namespace: str, name: str, run_uuid: str, ok: 
         spec.setdefault("Namespace", namespace)
         current.setdefault("metadata", {}).setdefault("annotations", {})[REPORTED_UUID] = run_uuid
         return current
-    out = res.update_with_retry(KHSTATES, namespace, name, mutate)
+    out = res.update_with_retry(KHSTATES, namespace, name, mutate, hint=hint)
     assert out is not None
     return out
 
 
 def record_result(res: Resources, namespace: str, name: str, run_uuid: str, run_duration: str, node: str,
-                  pod_name: str) -> Obj | None:
+                  pod_name: str, hint: Obj | None = None) -> Obj | None:
     """After the pod exited: RunDuration and Node, unless a newer run has claimed the khstate."""
     def mutate(current: Obj | None) -> Obj | None:
         if current is None or Spec.of(current).uuid != run_uuid:
@@ -145,7 +146,7 @@ def record_result(res: Resources, namespace: str, name: str, run_uuid: str, run_
         current["spec"]["Node"] = node
         current["spec"]["AuthoritativePod"] = pod_name
         return current
-    return res.update_with_retry(KHSTATES, namespace, name, mutate)
+    return res.update_with_retry(KHSTATES, namespace, name, mutate, hint=hint)
 
 
 def record_error(res: Resources, namespace: str, name: str, errors: list[str], pod_name: str,

@@ -67,6 +67,7 @@ class RunResult:
     duration: float = 0.0  # seconds
     pod: str = ""
     node: str = ""
+    phase_seconds: dict[str, float] = field(default_factory=dict)  # time spent in each phase
 
 
 class _Stopped(Exception):
@@ -104,9 +105,22 @@ class Runner:
         self.clock = clock
         self.wall = wall
         self.run_uuid = str(uuid.uuid4())
-        self.phase = Phase.CLAIM
+        self._phase = Phase.CLAIM
+        self._phase_started = clock()
+        self.phase_seconds: dict[str, float] = {}
         self.pod: Obj | None = None
         self.log = logging.LoggerAdapter(logger, {"check": check.key, "run": self.run_uuid})
+
+    @property
+    def phase(self) -> Phase:
+        return self._phase
+
+    @phase.setter
+    def phase(self, value: Phase) -> None:
+        now = self.clock()
+        self.phase_seconds[self._phase.value] = self.phase_seconds.get(self._phase.value, 0.0) + (
+            now - self._phase_started)
+        self._phase, self._phase_started = value, now
 
     # --- helpers ---------------------------------------------------------------------------------
 
@@ -168,7 +182,9 @@ class Runner:
             khstate.record_error(self.s.resources, self.check.namespace, self.check.name, errors,
                                  self.s.config.pod_name, format_duration(duration), node, self.check.workload)
         result = RunResult(outcome, self.run_uuid, self.phase, errors, duration,
-                           str(((self.pod or {}).get("metadata") or {}).get("name") or ""), node)
+                           str(((self.pod or {}).get("metadata") or {}).get("name") or ""), node,
+                           dict(self.phase_seconds))
+        self.log.debug("Phase times: %s", ", ".join(f"{k}={v:.3f}s" for k, v in self.phase_seconds.items()))
         if outcome in (Outcome.REPORTED, Outcome.FAILED):
             self._forward(result)
         return result
@@ -177,7 +193,8 @@ class Runner:
         ns, name = self.check.namespace, self.check.name
         # CLAIM: only this run's UUID may report from now on.
         self.phase = Phase.CLAIM
-        khstate.claim_run(self.s.resources, ns, name, self.run_uuid, self.s.config.pod_name, self.check.workload)
+        khstate.claim_run(self.s.resources, ns, name, self.run_uuid, self.s.config.pod_name, self.check.workload,
+                          hint=self.s.khstates.get(ns, name))
         self.log.info("Run started (timeout %s)", format_duration(self.check.timeout))
 
         self.phase = Phase.VALIDATE
@@ -275,7 +292,8 @@ class Runner:
         self.phase = Phase.RECORD
         node = str(((self.pod or {}).get("spec") or {}).get("nodeName") or "")
         duration = format_duration(self.clock() - (deadline - self.check.timeout))
-        khstate.record_result(self.s.resources, ns, name, self.run_uuid, duration, node, self.s.config.pod_name)
+        khstate.record_result(self.s.resources, ns, name, self.run_uuid, duration, node, self.s.config.pod_name,
+                              hint=self.s.khstates.get(ns, name))
         self.phase = Phase.DONE
         self.log.info("Run done in %s on node %s", duration, node or "?")
 

@@ -5,6 +5,7 @@ Objects are plain dicts in their wire form.
 """
 from __future__ import annotations
 
+import copy
 import logging
 import random
 import threading
@@ -125,20 +126,28 @@ class Resources:
 
     def update_with_retry(self, res: Resource, namespace: str, name: str,
                           mutate: Callable[[Obj | None], Obj | None],
-                          stop: threading.Event | None = None, attempts: int = 8) -> Obj | None:
+                          stop: threading.Event | None = None, attempts: int = 8,
+                          hint: Obj | None = None) -> Obj | None:
         """Read-modify-write with optimistic concurrency.
 
         `mutate` gets the current object (None if missing) and returns the object to write (a fresh
         body to create, or the modified object to replace), or None to write nothing. On 409 the
         object is re-read and `mutate` runs again, with a short jittered backoff.
+
+        `hint` is a copy of the object from a watch cache: the first attempt starts from it instead
+        of a GET (its resourceVersion makes a stale hint a harmless 409 and a re-read).
         """
         waiter = stop or threading.Event()
         delay = 0.02
         for attempt in range(attempts):
-            try:
-                current: Obj | None = self.get(res, namespace, name)
-            except NotFound:
-                current = None
+            current: Obj | None
+            if attempt == 0 and hint is not None:
+                current = copy.deepcopy(hint)
+            else:
+                try:
+                    current = self.get(res, namespace, name)
+                except NotFound:
+                    current = None
             desired = mutate(current)
             if desired is None:
                 return current

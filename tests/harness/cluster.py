@@ -25,6 +25,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import urllib3
+
+# The test bed's API server has a self-signed certificate; every client here skips verification.
+urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
+
 REPO = Path(__file__).resolve().parents[2]
 SETUP = REPO / "hack" / "testbed" / "setup.sh"
 ADMIN_TOKEN = "kh-testbed-admin-token"

@@ -1,0 +1,87 @@
+"""Run overhead and API requests per check run, on the real test bed. Prints figures; asserts nothing.
+
+  overhead = the run's wall time (Runner.run) - the checker's own runtime (Running → exited, as the
+             simulated kubelet recorded it). v2 spends >= 11 s per run by construction (fixed sleeps
+             and 5 s polls); the target here is <= 0.3 s.
+  API requests per run = audit-log entries made with the daemon's User-Agent during the runs,
+             divided by the number of runs (watch streams excluded: they are per process, not per run).
+
+Usage: python -m bench.run_bench [--runs N] [--delay SECONDS]
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import threading
+import time
+import uuid
+from collections import Counter
+
+from kuberhealthy.checks import CheckSpec
+from kuberhealthy.kube.client import USER_AGENT
+from kuberhealthy.runner import Outcome, Runner
+from tests.harness.cluster import cleanup, start_cluster
+from tests.harness.crds import install_crds
+from tests.harness.daemon import InProcessDaemon
+from tests.sim.kubelet import SimKubelet
+
+
+def pct(values: list[float], p: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, round(p / 100 * (len(s) - 1)))]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--runs", type=int, default=25)
+    ap.add_argument("--delay", type=float, default=0.2, help="simulated checker runtime (seconds)")
+    args = ap.parse_args()
+    cluster = start_cluster()
+    try:
+        install_crds(cluster)
+        ns = "bench-" + uuid.uuid4().hex[:6]
+        cluster.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                                         "metadata": {"name": ns}})
+        kubelet = SimKubelet(str(cluster.kubeconfig), nodes=3, namespace=ns).start()
+        daemon = InProcessDaemon(cluster, ns).start()
+        check = CheckSpec.of({"metadata": {"namespace": ns, "name": "bench"}, "spec": {
+            "runInterval": "1h", "timeout": "30s", "podSpec": {"containers": [
+                {"name": "main", "image": "kh-sim/slow", "env": [{"name": "SIM_DELAY", "value": str(args.delay)}]}]}}})
+        Runner(daemon.services, check, threading.Event()).run()  # warm-up: creates the khstate, fills pools
+        offset = cluster.audit_offset()
+        overheads, walls = [], []
+        phases: dict[str, list[float]] = {}
+        for _ in range(args.runs):
+            # Pods are named <check>-<unix second>: a run waits for a free name, so back-to-back runs
+            # would measure that wait. Real schedules are seconds apart; start each run in a new second.
+            time.sleep(1.02 - time.time() % 1.0)
+            result = Runner(daemon.services, check, threading.Event()).run()
+            assert result.outcome is Outcome.REPORTED, result
+            rec = kubelet.record(ns, result.pod)
+            assert rec is not None and rec.running is not None and rec.exited is not None
+            walls.append(result.duration)
+            for k, v in result.phase_seconds.items():
+                phases.setdefault(k, []).append(v)
+            overheads.append(result.duration - (rec.exited - rec.running))
+        time.sleep(1.0)  # let the audit log flush
+        events = [e for e in cluster.audit_events_since(offset)
+                  if str(e.get("userAgent", "")).startswith(USER_AGENT.split("/")[0] + "/")
+                  and e.get("verb") != "watch" and e.get("stage") == "ResponseComplete"]
+        verbs = Counter(f"{e['verb']} {e['objectRef'].get('resource')}" for e in events)
+        daemon.stop()
+        kubelet.stop()
+    finally:
+        cleanup(cluster)
+    print(f"runs: {args.runs} (checker runtime {args.delay:.2f}s each)")
+    print(f"run wall time: median {statistics.median(walls):.3f}s  p95 {pct(walls, 95):.3f}s")
+    print(f"run overhead:  median {statistics.median(overheads):.3f}s  p95 {pct(overheads, 95):.3f}s"
+          f"  (target <= 0.3s; v2 >= 11s)")
+    print("median time per phase: " + ", ".join(f"{k} {statistics.median(v) * 1000:.0f}ms"
+                                                for k, v in phases.items()))
+    print(f"API requests per run: {len(events) / args.runs:.1f}  (target <= 10)")
+    for k, v in sorted(verbs.items()):
+        print(f"    {k:<28} {v / args.runs:.1f}/run")
+
+
+if __name__ == "__main__":
+    main()

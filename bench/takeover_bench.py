@@ -1,0 +1,98 @@
+"""Leader takeover times with two real daemon processes. Prints figures; asserts nothing.
+
+For kill -9 and for SIGTERM of the leader: seconds from the signal until the standby holds the Lease,
+and until the standby's first checker pod exists. Election settings are the defaults (leaseDuration
+15s, renewDeadline 10s, retryPeriod 2s) unless --fast. Expected: kill -9 ≈ leaseDuration + up to one
+retryPeriod; SIGTERM ≈ up to one retryPeriod (the leader releases the Lease).
+
+Usage: python -m bench.takeover_bench [--fast]
+"""
+from __future__ import annotations
+
+import argparse
+import signal
+import tempfile
+import time
+import urllib.error
+import uuid
+from pathlib import Path
+from typing import Any
+
+from tests.harness.cluster import TestCluster, cleanup, start_cluster
+from tests.harness.crds import install_crds
+from tests.harness.daemon import DaemonProcess
+from tests.sim.kubelet import SimKubelet
+
+
+def get(cluster: TestCluster, path: str) -> dict[str, Any]:
+    try:
+        return dict(cluster.request("GET", path))
+    except urllib.error.HTTPError:
+        return {}
+
+
+def poll(fn: Any, limit: float = 120) -> float:
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < limit:
+        if fn():
+            return time.monotonic()
+        time.sleep(0.02)
+    raise TimeoutError("condition not reached")
+
+
+def scenario(cluster: TestCluster, how: str, election: dict[str, str], work: Path) -> tuple[float, float]:
+    ns = "takeover-" + uuid.uuid4().hex[:6]
+    cluster.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    cluster.request("POST", f"/apis/comcast.github.io/v1/namespaces/{ns}/khchecks", {
+        "apiVersion": "comcast.github.io/v1", "kind": "KuberhealthyCheck", "metadata": {"name": "pulse"},
+        "spec": {"runInterval": "1s", "timeout": "30s", "podSpec": {"containers": [{"name": "m", "image": "kh-sim/ok"}]}}})
+    kubelet = SimKubelet(str(cluster.kubeconfig), nodes=2, namespace=ns).start()
+    b = DaemonProcess(cluster, work, f"{ns}-b", ns, {"targetNamespace": ns, "leaderElection": election})
+    a = DaemonProcess(cluster, work, f"{ns}-a", ns, {"targetNamespace": ns, "leaderElection": election})
+    for p in (a, b):
+        p.set_reporting_url(b.url + "/externalCheckStatus")
+    lease = f"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/{election['leaseName']}"
+    try:
+        a.start()
+        poll(lambda: get(cluster, lease).get("spec", {}).get("holderIdentity") == a.name)
+        b.start()
+        state = f"/apis/comcast.github.io/v1/namespaces/{ns}/khstates/pulse"
+        poll(lambda: get(cluster, state).get("spec", {}).get("AuthoritativePod") == a.name)
+        time.sleep(2)  # b's caches are synced and it is contending
+        t0 = time.monotonic()
+        if how == "kill -9":
+            a.kill9()
+        else:
+            a.signal(signal.SIGTERM)
+        t_lease = poll(lambda: get(cluster, lease).get("spec", {}).get("holderIdentity") == b.name)
+        pods = f"/api/v1/namespaces/{ns}/pods?labelSelector=kuberhealthy-check-name%3Dpulse"
+        seen = {p["metadata"]["name"] for p in get(cluster, pods).get("items", [])}
+        t_pod = poll(lambda: any(p["metadata"]["name"] not in seen for p in get(cluster, pods).get("items", [])))
+        return t_lease - t0, t_pod - t0
+    finally:
+        a.stop()
+        b.stop()
+        kubelet.stop()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--fast", action="store_true", help="leaseDuration 6s, renewDeadline 4s, retryPeriod 1s")
+    args = ap.parse_args()
+    election = ({"leaseName": "kh", "leaseDuration": "6s", "renewDeadline": "4s", "retryPeriod": "1s"} if args.fast
+                else {"leaseName": "kh", "leaseDuration": "15s", "renewDeadline": "10s", "retryPeriod": "2s"})
+    cluster = start_cluster()
+    try:
+        install_crds(cluster)
+        work = Path(tempfile.mkdtemp(prefix="kh-takeover-"))
+        print(f"election: {election}")
+        for how in ("SIGTERM", "kill -9"):
+            lease_s, pod_s = scenario(cluster, how, election, work)
+            print(f"{how:<8} leader → standby holds the Lease after {lease_s:.2f}s, "
+                  f"runs its first check pod after {pod_s:.2f}s")
+    finally:
+        cleanup(cluster)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,171 @@
+"""The daemon as users run it: leader election across processes, per-check reconcile, shutdown, config errors."""
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kuberhealthy.kube import KHCHECKS, KHSTATES, LEASES
+from tests.harness.cluster import REPO, TestCluster
+from tests.harness.daemon import DaemonProcess, InProcessDaemon
+from tests.harness.pods import LivePodMonitor
+from tests.harness.wait import wait_for
+
+FAST_ELECTION = {"leaseName": "kh-test", "leaseDuration": "6s", "renewDeadline": "4s", "retryPeriod": "1s"}
+
+
+def khcheck(name: str, image: str = "kh-sim/ok", interval: str = "2s", env: dict[str, str] | None = None,
+            timeout: str = "30s") -> dict[str, Any]:
+    return {"apiVersion": "comcast.github.io/v1", "kind": "KuberhealthyCheck", "metadata": {"name": name},
+            "spec": {"runInterval": interval, "timeout": timeout, "podSpec": {"containers": [
+                {"name": "main", "image": image, "env": [{"name": k, "value": v} for k, v in (env or {}).items()]}]}}}
+
+
+def lease_holder(cluster: TestCluster, ns: str) -> str:
+    try:
+        return str(cluster.request("GET", LEASES.path(ns, "kh-test"))["spec"].get("holderIdentity") or "")
+    except Exception:  # noqa: BLE001 - not created yet
+        return ""
+
+
+def authoritative(cluster: TestCluster, ns: str, name: str) -> str:
+    try:
+        return str(cluster.request("GET", KHSTATES.path(ns, name))["spec"].get("AuthoritativePod") or "")
+    except Exception:  # noqa: BLE001
+        return ""
+
+
+@pytest.fixture
+def replicas(cluster: TestCluster, namespace: str, kubelet: Any, tmp_path: Path) -> Iterator[list[DaemonProcess]]:
+    procs: list[DaemonProcess] = []
+
+    def make(name: str, report_to: str | None) -> DaemonProcess:
+        p = DaemonProcess(cluster, tmp_path, name, namespace, {"targetNamespace": namespace,
+                                                               "leaderElection": FAST_ELECTION})
+        p.set_reporting_url((report_to or p.url) + "/externalCheckStatus")
+        procs.append(p)
+        return p
+    yield make  # type: ignore[misc]
+    for p in procs:
+        p.stop()
+
+
+@pytest.mark.parametrize("how", ["kill9", "sigterm"])
+def test_one_replica_leads_and_a_standby_takes_over_without_ever_running_a_check_twice(
+        cluster: TestCluster, namespace: str, replicas: Any, how: str) -> None:
+    cluster.request("POST", KHCHECKS.path(namespace), khcheck("pulse"))
+    monitor = LivePodMonitor(str(cluster.kubeconfig), namespace).start()
+    try:
+        b = replicas("kh-b", None)  # every report goes to kh-b, the replica that survives in both scenarios
+        a = replicas("kh-a", b.url)
+        a.start()
+        wait_for(lambda: lease_holder(cluster, namespace) == "kh-a", 60, what="kh-a leads")
+        b.start()
+        wait_for(lambda: authoritative(cluster, namespace, "pulse") == "kh-a", 60, what="kh-a runs the check")
+        assert lease_holder(cluster, namespace) == "kh-a"
+        if how == "kill9":
+            a.kill9()
+        else:
+            a.signal(signal.SIGTERM)
+            assert a.wait(60) == 0
+            holder = lease_holder(cluster, namespace)
+            assert holder in ("", "kh-b"), f"lease not released: {holder}"
+        wait_for(lambda: lease_holder(cluster, namespace) == "kh-b", 60, what="kh-b takes the lease")
+        wait_for(lambda: authoritative(cluster, namespace, "pulse") == "kh-b", 60, what="kh-b runs the check")
+        state = cluster.request("GET", KHSTATES.path(namespace, "pulse"))["spec"]
+        wait_for(lambda: cluster.request("GET", KHSTATES.path(namespace, "pulse"))["spec"]["uuid"] != state["uuid"],
+                 60, what="another run by kh-b")
+    finally:
+        monitor.stop()
+    assert monitor.max_live["pulse"] == 1, f"two live checker pods at once: {dict(monitor.max_live)}"
+    assert len(monitor.creators) >= 2
+
+
+@pytest.fixture
+def daemon(cluster: TestCluster, namespace: str, kubelet: Any, no_thread_leaks: None) -> Iterator[InProcessDaemon]:
+    d = InProcessDaemon(cluster, namespace, {"stateReaperInterval": "500ms", "checkChangeDebounce": "1s"}).start()
+    yield d
+    d.stop()
+
+
+def test_editing_one_check_restarts_only_that_check(cluster: TestCluster, namespace: str,
+                                                    daemon: InProcessDaemon) -> None:
+    cluster.request("POST", KHCHECKS.path(namespace), khcheck("edited", interval="1s"))
+    cluster.request("POST", KHCHECKS.path(namespace), khcheck("steady", "kh-sim/slow", "1s", {"SIM_DELAY": "0.5"}))
+    ctl = daemon.services.controller
+    wait_for(lambda: {f"{namespace}/edited", f"{namespace}/steady"} <= set(ctl.workers), what="both checks running")
+    steady, edited = ctl.workers[f"{namespace}/steady"], ctl.workers[f"{namespace}/edited"]
+    wait_for(lambda: steady.runs >= 1, what="a steady run")
+    cluster.request("PATCH", KHCHECKS.path(namespace, "edited"), {"spec": {"runInterval": "3s"}},
+                    content_type="application/merge-patch+json")
+    wait_for(lambda: ctl.workers.get(f"{namespace}/edited") not in (None, edited), what="edited restarted")
+    assert ctl.workers[f"{namespace}/steady"] is steady and steady.is_alive()
+    assert ctl.workers[f"{namespace}/edited"].spec.run_interval == 3
+    runs = steady.runs
+    wait_for(lambda: steady.runs > runs, what="steady keeps running")
+
+
+def test_deleting_a_check_stops_it_and_its_khstate_is_reaped(cluster: TestCluster, namespace: str,
+                                                              daemon: InProcessDaemon) -> None:
+    cluster.request("POST", KHCHECKS.path(namespace), khcheck("doomed", interval="1s"))
+    wait_for(lambda: authoritative(cluster, namespace, "doomed"), what="doomed ran")
+    cluster.request("DELETE", KHCHECKS.path(namespace, "doomed"))
+    wait_for(lambda: f"{namespace}/doomed" not in daemon.services.controller.workers, what="worker stopped")
+    wait_for(lambda: daemon.services.khstates.get(namespace, "doomed") is None, what="khstate reaped")
+
+
+def test_checks_added_in_a_burst_are_reconciled_at_most_once_per_debounce(
+        cluster: TestCluster, namespace: str, daemon: InProcessDaemon) -> None:
+    ctl = daemon.services.controller
+    cluster.request("POST", KHCHECKS.path(namespace), khcheck("first", interval="1h"))
+    wait_for(lambda: f"{namespace}/first" in ctl.workers, what="first started")
+    t_first = time.monotonic()
+    reconciles = ctl.reconciles
+    cluster.request("POST", KHCHECKS.path(namespace), khcheck("second", interval="1h"))
+    cluster.request("POST", KHCHECKS.path(namespace), khcheck("third", interval="1h"))
+    wait_for(lambda: {f"{namespace}/second", f"{namespace}/third"} <= set(ctl.workers), what="burst started")
+    assert time.monotonic() - t_first >= 0.9  # the debounce (1s) spaced the reconciliations
+    assert ctl.reconciles - reconciles <= 2
+
+
+def run_cli(args: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    import os
+    return subprocess.run([sys.executable, "-m", "kuberhealthy.cli", *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=60, env=dict(os.environ, **(env or {})))
+
+
+@pytest.mark.parametrize(("yaml_text", "key"), [
+    ("maxCheckPodAge: forever\n", "maxCheckPodAge"),
+    ("listenAddress: nowhere\n", "listenAddress"),
+    ("leaderElection:\n  renewDeadline: 1m\n", "leaderElection.leaseDuration"),
+    ("logLevel: [1, 2\n", "not valid YAML"),
+])
+def test_a_bad_config_value_stops_start_up_with_one_line_naming_the_key(tmp_path: Path, yaml_text: str,
+                                                                        key: str) -> None:
+    f = tmp_path / "kh.yaml"
+    f.write_text(yaml_text)
+    out = run_cli(["--config", str(f)])
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and key in lines[0] and lines[0].startswith("kuberhealthy: error:")
+
+
+def test_a_missing_kubeconfig_stops_start_up_with_one_line(tmp_path: Path) -> None:
+    f = tmp_path / "kh.yaml"
+    f.write_text("listenAddress: 127.0.0.1:0\n")
+    out = run_cli(["--config", str(f)], {"KUBECONFIG": str(tmp_path / "missing"), "KUBERNETES_SERVICE_HOST": ""})
+    assert out.returncode == 2
+    assert len(out.stderr.strip().splitlines()) == 1 and "KUBECONFIG" in out.stderr
+
+
+def test_help_documents_every_flag() -> None:
+    out = run_cli(["--help"])
+    assert out.returncode == 0
+    for flag in ("--config", "-c", "--debug", "-d", "--kubeconfig", "--version"):
+        assert flag in out.stdout

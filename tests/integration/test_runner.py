@@ -1,0 +1,193 @@
+"""One check run, end to end: real API server, simulated kubelet, reports over real HTTP from pod IPs."""
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import requests
+
+from kuberhealthy import khstate
+from kuberhealthy.checks import CheckSpec
+from kuberhealthy.kube import KHSTATES, PODS
+from kuberhealthy.runner import Outcome, Phase, Runner
+from tests.harness.cluster import TestCluster
+from tests.harness.daemon import InProcessDaemon
+from tests.harness.wait import wait_for
+
+
+@pytest.fixture
+def daemon(cluster: TestCluster, namespace: str, kubelet: Any) -> Iterator[InProcessDaemon]:
+    d = InProcessDaemon(cluster, namespace).start()
+    yield d
+    d.stop()
+
+
+def spec(namespace: str, image: str, timeout: str = "20s", env: dict[str, str] | None = None,
+         name: str = "probe", **extra: Any) -> CheckSpec:
+    container: dict[str, Any] = {"name": "main", "image": image,
+                                 "env": [{"name": k, "value": v} for k, v in (env or {}).items()]}
+    body = {"runInterval": "1h", "timeout": timeout, "podSpec": {"containers": [container]}}
+    body.update(extra)
+    return CheckSpec.of({"metadata": {"namespace": namespace, "name": name}, "spec": body})
+
+
+def run(d: InProcessDaemon, check: CheckSpec, stop: threading.Event | None = None) -> Any:
+    return Runner(d.services, check, stop or threading.Event()).run()
+
+
+def state(d: InProcessDaemon, ns: str, name: str = "probe") -> khstate.Spec:
+    return khstate.Spec.of(d.services.resources.get(KHSTATES, ns, name))
+
+
+def test_a_passing_check_records_ok_with_duration_node_and_uuid(daemon: InProcessDaemon, namespace: str) -> None:
+    result = run(daemon, spec(namespace, "kh-sim/ok"))
+    assert result.outcome is Outcome.REPORTED and result.phase is Phase.DONE
+    s = state(daemon, namespace)
+    assert s.ok is True and s.errors == ()
+    assert s.uuid == result.run_uuid and s.node.startswith("sim-node-") and s.last_run
+    assert s.run_duration.endswith("s") and s.authoritative_pod == "kh-test-0"
+
+
+def test_a_failing_check_records_its_errors_and_they_show_on_the_status_page(
+        daemon: InProcessDaemon, namespace: str) -> None:
+    result = run(daemon, spec(namespace, "kh-sim/fail", env={"SIM_ERRORS": "disk full|dns slow"}))
+    assert result.outcome is Outcome.REPORTED
+    s = state(daemon, namespace)
+    assert s.ok is False and s.errors == ("disk full", "dns slow")
+    page = wait_for(lambda: (p := requests.get(daemon.url + "/", timeout=5).json())
+                    and f"{namespace}/probe" in p["CheckDetails"] and p, what="status page entry")
+    assert page["OK"] is False and "disk full" in page["Errors"]
+
+
+def test_a_check_that_never_reports_times_out_waiting_for_the_report(daemon: InProcessDaemon, namespace: str) -> None:
+    result = run(daemon, spec(namespace, "kh-sim/hang-silent", timeout="3s"))
+    assert result.outcome is Outcome.FAILED and result.phase is Phase.REPORT
+    s = state(daemon, namespace)
+    assert s.errors == (f"Check execution error: {namespace}/probe: timed out waiting for checker pod to report in",)
+    wait_for(lambda: not daemon.services.resources.list(PODS, namespace)[0], what="pod evicted")
+
+
+def test_a_checker_that_crashes_without_reporting_fails_without_waiting_for_the_timeout(
+        daemon: InProcessDaemon, namespace: str) -> None:
+    t0 = time.monotonic()
+    result = run(daemon, spec(namespace, "kh-sim/crash", timeout="60s"))
+    assert result.outcome is Outcome.FAILED and time.monotonic() - t0 < 50
+    (err,) = state(daemon, namespace).errors
+    assert err.startswith(f"Check execution error: {namespace}/probe: checker pod exited (Failed)")
+
+
+def test_a_checker_that_never_exits_times_out_waiting_for_the_pod_to_exit(
+        daemon: InProcessDaemon, namespace: str) -> None:
+    result = run(daemon, spec(namespace, "kh-sim/hang", timeout="3s"))
+    assert result.outcome is Outcome.FAILED and result.phase is Phase.EXIT
+    assert state(daemon, namespace).errors == (
+        f"Check execution error: {namespace}/probe: timed out waiting for pod to exit",)
+
+
+def test_an_image_that_cannot_be_pulled_fails_the_run_at_once(daemon: InProcessDaemon, namespace: str) -> None:
+    result = run(daemon, spec(namespace, "registry.invalid/nope:1", timeout="60s"))
+    assert result.outcome is Outcome.FAILED and result.phase is Phase.START
+    assert state(daemon, namespace).errors == (
+        f"Check execution error: {namespace}/probe: error when waiting for pod to start: ErrImagePull",)
+
+
+def test_a_pod_that_never_leaves_pending_times_out_as_not_running(daemon: InProcessDaemon, namespace: str) -> None:
+    result = run(daemon, spec(namespace, "kh-sim/ok", timeout="2s", env={"SIM_PENDING_DELAY": "30"}))
+    assert result.outcome is Outcome.FAILED and result.phase is Phase.START
+    assert state(daemon, namespace).errors == (
+        f"Check execution error: {namespace}/probe: failed to see pod running within timeout",)
+
+
+def test_a_checker_pod_deleted_before_reporting_skips_the_run_quietly(
+        daemon: InProcessDaemon, namespace: str) -> None:
+    before = state_or_none(daemon, namespace)
+    box: dict[str, Any] = {}
+    t = threading.Thread(target=lambda: box.update(r=run(daemon, spec(namespace, "kh-sim/hang-silent",
+                                                                      timeout="60s"))))
+    t.start()
+    pod = wait_for(lambda: running_pod(daemon, namespace), what="running checker pod")
+    daemon.services.resources.delete(PODS, namespace, pod["metadata"]["name"])
+    t.join(60)
+    assert box["r"].outcome is Outcome.SKIPPED
+    s = state(daemon, namespace)
+    assert s.errors == () and s.ok is True and before is None
+
+
+def test_an_earlier_checker_pod_still_running_is_removed_before_the_new_one_starts(
+        daemon: InProcessDaemon, namespace: str) -> None:
+    old = daemon.services.resources.create(PODS, namespace, {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "probe-1", "labels": {"app": "kuberhealthy-check", "kuberhealthy-check-name": "probe",
+                                                   "kuberhealthy-run-id": "old-run"}},
+        "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "kh-sim/hang-silent"}]}})
+    wait_for(lambda: (daemon.services.pods.get(namespace, "probe-1") or {}).get("status", {}).get("phase")
+             == "Running", what="old pod running")
+    result = run(daemon, spec(namespace, "kh-sim/ok"))
+    assert result.outcome is Outcome.REPORTED
+    assert daemon.services.pods.get(namespace, old["metadata"]["name"]) is None
+
+
+def test_stopping_a_check_mid_run_ends_the_run_and_removes_its_pod(daemon: InProcessDaemon, namespace: str) -> None:
+    stop = threading.Event()
+    box: dict[str, Any] = {}
+    t = threading.Thread(target=lambda: box.update(r=run(daemon, spec(namespace, "kh-sim/hang-silent",
+                                                                      timeout="60s"), stop)))
+    t.start()
+    wait_for(lambda: running_pod(daemon, namespace), what="running checker pod")
+    stop.set()
+    daemon.services.notifier.wake()
+    t.join(30)
+    assert box["r"].outcome is Outcome.STOPPED
+    wait_for(lambda: not daemon.services.resources.list(PODS, namespace)[0], what="pod removed")
+    assert state(daemon, namespace).errors == ()
+
+
+def test_two_runs_have_different_uuids_and_the_first_can_no_longer_report(
+        daemon: InProcessDaemon, namespace: str) -> None:
+    first = run(daemon, spec(namespace, "kh-sim/ok"))
+    second = run(daemon, spec(namespace, "kh-sim/ok"))
+    assert first.run_uuid != second.run_uuid
+    assert state(daemon, namespace).uuid == second.run_uuid
+    with pytest.raises(khstate.StaleReport):
+        khstate.record_report(daemon.services.resources, namespace, "probe", first.run_uuid, True, [], "x")
+
+
+def test_the_created_pod_carries_every_injected_env_var_label_and_annotation(
+        daemon: InProcessDaemon, namespace: str) -> None:
+    check = spec(namespace, "kh-sim/ok", env={"KH_RUN_UUID": "user-value", "OWN": "1"},
+                 extraLabels={"team": "sre"}, extraAnnotations={"note": "x"})
+    seen: list[dict[str, Any]] = []
+    daemon.services.pods.add_listener(lambda t, o, _p: t == "ADDED" and seen.append(o))
+    result = run(daemon, check)
+    pod = seen[0]
+    meta, pspec = pod["metadata"], pod["spec"]
+    assert meta["name"].startswith("probe-") and meta["name"][len("probe-"):].isdigit()
+    assert meta["labels"] == {"kuberhealthy-run-id": result.run_uuid, "kuberhealthy-check-name": "probe",
+                              "app": "kuberhealthy-check", "team": "sre"}
+    assert meta["annotations"] == {"comcast.github.io/check-name": "probe", "note": "x"}
+    assert pspec["restartPolicy"] == "Never"
+    env = {e["name"]: e for e in pspec["containers"][0]["env"]}
+    assert env["KH_RUN_UUID"]["value"] == result.run_uuid and env["OWN"]["value"] == "1"
+    assert env["KH_REPORTING_URL"]["value"] == daemon.url + "/externalCheckStatus"
+    assert int(env["KH_CHECK_RUN_DEADLINE"]["value"]) - time.time() < 25
+    assert env["KH_POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+
+
+def test_a_pod_spec_without_an_image_is_a_run_error_not_a_crash(daemon: InProcessDaemon, namespace: str) -> None:
+    result = run(daemon, spec(namespace, ""))
+    assert result.outcome is Outcome.FAILED and result.phase is Phase.VALIDATE
+    assert "has no image" in state(daemon, namespace).errors[0]
+
+
+def running_pod(d: InProcessDaemon, ns: str) -> dict[str, Any] | None:
+    for p in d.services.pods.list():
+        if p["metadata"]["namespace"] == ns and p.get("status", {}).get("phase") == "Running":
+            return p
+    return None
+
+
+def state_or_none(d: InProcessDaemon, ns: str) -> Any:
+    return d.services.khstates.get(ns, "probe")
