@@ -26,7 +26,7 @@ class InProcessDaemon:
     """build() + create_app() + a threaded werkzeug server on 127.0.0.1."""
 
     def __init__(self, cluster: TestCluster, namespace: str, settings: dict[str, Any] | None = None,
-                 pod_name: str = "kh-test-0") -> None:
+                 pod_name: str = "kh-test-0", kubeconfig: Path | None = None) -> None:
         from werkzeug.serving import make_server
 
         from kuberhealthy.web import create_app
@@ -39,7 +39,7 @@ class InProcessDaemon:
         }
         raw.update(settings or {})
         self.config = from_mapping(raw, {"POD_NAME": pod_name, "POD_NAMESPACE": namespace})
-        self.services: Services = build(self.config, Kube.connect(str(cluster.kubeconfig)))
+        self.services: Services = build(self.config, Kube.connect(str(kubeconfig or cluster.kubeconfig)))
         self.app = create_app(self.services)
         self._server = make_server("127.0.0.1", self.port, self.app, threaded=True)
         self._thread = threading.Thread(target=self._server.serve_forever, name="test-http", daemon=True)
@@ -89,7 +89,7 @@ class DaemonProcess:
         self.config_path.write_text(yaml.safe_dump(self.settings))
 
     def start(self) -> DaemonProcess:
-        log = open(self.log_path, "ab")  # noqa: SIM115 - lives as long as the process
+        log = open(self.log_path, "ab")
         self.proc = subprocess.Popen([sys.executable, "-m", "kuberhealthy.cli", "--config", str(self.config_path)],
                                      cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT,
                                      start_new_session=True)

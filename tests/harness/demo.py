@@ -25,7 +25,8 @@ NS = "kuberhealthy"
 CHECKS = [
     ("dns-resolution", "kh-sim/ok", "15s", {}),
     ("http-frontend", "kh-sim/slow", "20s", {"SIM_DELAY": "1.5"}),
-    ("pod-restarts", "kh-sim/fail", "30s", {"SIM_ERRORS": "pod web-7f9c restarted 12 times|pod db-0 in CrashLoopBackOff"}),
+    ("pod-restarts", "kh-sim/fail", "30s",
+     {"SIM_ERRORS": "pod web-7f9c restarted 12 times|pod db-0 in CrashLoopBackOff"}),
     ("storage-check", "kh-sim/silent", "45s", {}),
     ("image-pull", "registry.invalid/missing:1.0", "60s", {}),
 ]

@@ -11,11 +11,8 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
-import shutil
 import ssl
-import subprocess
 import urllib.error
 import urllib.request
 import uuid
@@ -29,58 +26,13 @@ import yaml
 
 from kuberhealthy import config as kh_config
 from tests.harness.cluster import REPO, TestCluster
+from tests.harness.helm import CHART, Helm
 
-CHART = REPO / "helm" / "kuberhealthy"
 GROUP_PATH = "/apis/comcast.github.io/v1"
 RBAC_KINDS = ("Role", "ClusterRole")
 
 
 # --- helm --------------------------------------------------------------------------------------------
-
-def _find_helm() -> str | None:
-    if os.environ.get("KH_HELM"):
-        return os.environ["KH_HELM"]
-    root = Path(os.environ.get("KH_TESTBED_DIR", Path.home() / ".cache" / "kuberhealthy-testbed"))
-    cached = root / f"helm-layer-v{os.environ.get('KH_HELM_LAYER', '33')}" / "helm"
-    if cached.is_file() and os.access(cached, os.X_OK):
-        return str(cached)
-    return shutil.which("helm")
-
-
-@dataclass
-class Helm:
-    binary: str
-    home: Path
-
-    def run(self, *args: str, kubeconfig: Path | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
-        # Helm's cache/config/data under a temporary home: the tests never touch the user's helm set-up.
-        env = dict(os.environ, HELM_CACHE_HOME=str(self.home / "cache"), HELM_CONFIG_HOME=str(self.home / "config"),
-                   HELM_DATA_HOME=str(self.home / "data"))
-        if kubeconfig is not None:
-            env["KUBECONFIG"] = str(kubeconfig)
-        proc = subprocess.run([self.binary, *args], capture_output=True, text=True, env=env, timeout=120,
-                              check=False)
-        if check and proc.returncode != 0:
-            raise AssertionError(f"helm {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
-        return proc
-
-    def template(self, *values: str, namespace: str = "monitoring",
-                 extra: tuple[str, ...] = ()) -> list[dict[str, Any]]:
-        """Render the chart with --set values; returns the objects (empty documents dropped)."""
-        args = ["template", "kh", str(CHART), "--namespace", namespace, *extra]
-        for v in values:
-            args += ["--set", v]
-        out = self.run(*args).stdout
-        return [d for d in yaml.safe_load_all(out) if d]
-
-
-@pytest.fixture(scope="module")
-def helm(tmp_path_factory: pytest.TempPathFactory) -> Helm:
-    path = _find_helm()
-    if not path:
-        pytest.skip("helm not found: run `bash hack/tools.sh` (or set KH_HELM) to fetch it")
-    return Helm(path, tmp_path_factory.mktemp("helm-home"))
-
 
 def find(objs: list[dict[str, Any]], kind: str, name: str | None = None) -> list[dict[str, Any]]:
     return [o for o in objs if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)]
