@@ -71,6 +71,8 @@ class Services:
         self.elector: Any = None
         self._parts: list[Any] = []  # started after the caches, stopped before them (reverse order)
         self._started = False
+        self._stopping = threading.Event()
+        self._supervisor: threading.Thread | None = None
 
     def add_part(self, part: Any) -> None:
         """Register something with start()/stop()/join(timeout) to run with the daemon."""
@@ -125,9 +127,26 @@ class Services:
         for part in self._parts:
             part.start()
         self._started = True
+        self._supervisor = threading.Thread(target=self._supervise, name="kh-supervisor", daemon=True)
+        self._supervisor.start()
+
+    def _core_threads(self) -> list[Any]:
+        core: list[Any] = list(self.reflectors)
+        core += [p for p in (self.elector, self.controller) if p is not None and hasattr(p, "is_alive")]
+        return core
+
+    def _supervise(self, interval: float = 1.0) -> None:
+        """A core thread that died unexpectedly means the process must stop cleanly, never hang half-alive."""
+        while not self._stopping.wait(interval):
+            dead = [getattr(t, "name", type(t).__name__) for t in self._core_threads() if not t.is_alive()]
+            if dead:
+                logger.error("Core thread(s) died: %s; stopping", ", ".join(map(str, dead)))
+                self.fatal.set()
+                return
 
     def stop(self, timeout: float = 50.0) -> None:
         """Stop everything within `timeout` seconds: parts in reverse order, then the caches."""
+        self._stopping.set()
         deadline = self.clock() + timeout
         for part in reversed(self._parts):
             try:
@@ -139,6 +158,8 @@ class Services:
             r.stop()
         for r in self.reflectors:
             r.join(max(0.1, deadline - self.clock()))
+        if self._supervisor is not None:
+            self._supervisor.join(max(0.1, deadline - self.clock()))
         alive = [r.name for r in self.reflectors if r.is_alive()]
         if alive:
             logger.warning("Threads still running after stop: %s", ", ".join(alive))

@@ -169,3 +169,33 @@ def test_help_documents_every_flag() -> None:
     assert out.returncode == 0
     for flag in ("--config", "-c", "--debug", "-d", "--kubeconfig", "--version"):
         assert flag in out.stdout
+
+
+def test_a_core_thread_that_dies_brings_the_daemon_to_a_stop(cluster: TestCluster, namespace: str,
+                                                              daemon: InProcessDaemon) -> None:
+    assert not daemon.services.fatal.is_set()
+    daemon.services.khstates.stop()  # the cache thread ends while the daemon is not stopping
+    assert daemon.services.fatal.wait(30)
+
+
+def test_sigterm_removes_the_running_checker_pod_and_releases_the_lease(
+        cluster: TestCluster, namespace: str, replicas: Any) -> None:
+    cluster.request("POST", KHCHECKS.path(namespace), khcheck("stuck", "kh-sim/hang-silent", "1h", timeout="5m"))
+    a = replicas("kh-a", None).start()
+    pods = f"/api/v1/namespaces/{namespace}/pods"
+    wait_for(lambda: [p for p in cluster.request("GET", pods)["items"]
+                      if p.get("status", {}).get("phase") == "Running"], 60, what="a running checker pod")
+    a.signal(signal.SIGTERM)
+    assert a.wait(60) == 0
+    assert cluster.request("GET", pods)["items"] == []
+    assert lease_holder(cluster, namespace) == ""
+    assert "Released Lease" in a.log()
+
+
+def test_a_second_sigterm_exits_at_once(cluster: TestCluster, namespace: str, replicas: Any) -> None:
+    cluster.request("POST", KHCHECKS.path(namespace), khcheck("stuck", "kh-sim/hang-silent", "1h", timeout="5m"))
+    a = replicas("kh-a", None).start()
+    wait_for(lambda: lease_holder(cluster, namespace) == "kh-a", 60, what="kh-a leads")
+    a.signal(signal.SIGTERM)
+    a.signal(signal.SIGTERM)
+    assert a.wait(60) == 1  # the graceful path exits 0; the second signal ends the process at once
