@@ -10,6 +10,8 @@ import pytest
 
 from tests.harness.cluster import TestCluster, cleanup, start_cluster
 from tests.harness.crds import install_crds
+from tests.harness.helm import helm  # noqa: F401 - registers the fixture
+from tests.sim.fixtures import kubelet_fixture, receiver_fixture  # noqa: F401 - registers fixtures
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,274 @@
+"""The simulated kubelet against the real test API server: binding, status, reports, deletion, exec."""
+from __future__ import annotations
+
+import ipaddress
+import json
+import sys
+import threading
+import urllib.error
+import uuid
+from typing import Any
+
+import pytest
+
+from tests.harness.cluster import TestCluster
+from tests.harness.wait import wait_for
+from tests.sim.behaviours import Behaviour, behaviour_for_image
+from tests.sim.kubelet import SimKubelet, _cut
+from tests.sim.receiver import ReportReceiver
+
+DEADLINE = 30.0
+
+
+def make_pod(cluster: TestCluster, namespace: str, name: str, image: str, env: dict[str, str] | None = None,
+             *, command: list[str] | None = None, host_network: bool = False, node: str | None = None,
+             extra_env: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    container: dict[str, Any] = {"name": "main", "image": image,
+                                 "env": [{"name": k, "value": v} for k, v in (env or {}).items()]
+                                 + (extra_env or [])}
+    if command:
+        container["command"] = command
+    spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [container]}
+    if host_network:
+        spec["hostNetwork"] = True
+    if node:
+        spec["nodeName"] = node
+    body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace},
+            "spec": spec}
+    return dict(cluster.request("POST", f"/api/v1/namespaces/{namespace}/pods", body))
+
+
+def get_pod(cluster: TestCluster, namespace: str, name: str) -> dict[str, Any] | None:
+    try:
+        return dict(cluster.request("GET", f"/api/v1/namespaces/{namespace}/pods/{name}"))
+    except urllib.error.HTTPError as e:
+        if e.code == 404:
+            return None
+        raise
+
+
+def phase_is(cluster: TestCluster, namespace: str, name: str, phase: str) -> dict[str, Any] | None:
+    pod = get_pod(cluster, namespace, name)
+    return pod if pod and pod.get("status", {}).get("phase") == phase else None
+
+
+def wait_phase(cluster: TestCluster, namespace: str, name: str, phase: str) -> dict[str, Any]:
+    pod = wait_for(lambda: phase_is(cluster, namespace, name, phase), DEADLINE, what=f"{name} {phase}")
+    assert pod is not None
+    return pod
+
+
+def state_of(pod: dict[str, Any]) -> dict[str, Any]:
+    return dict(pod["status"]["containerStatuses"][0]["state"])
+
+
+def waiting_reason(cluster: TestCluster, namespace: str, name: str) -> str:
+    pod = get_pod(cluster, namespace, name) or {}
+    statuses = pod.get("status", {}).get("containerStatuses") or [{}]
+    return str(statuses[0].get("state", {}).get("waiting", {}).get("reason", ""))
+
+
+def report_env(receiver: ReportReceiver, run_uuid: str, **extra: str) -> dict[str, str]:
+    return {"KH_REPORTING_URL": receiver.url, "KH_RUN_UUID": run_uuid, **extra}
+
+
+def test_images_name_behaviours_and_anything_else_is_a_pull_error() -> None:
+    assert behaviour_for_image("kh-sim/ok") is Behaviour.OK
+    assert behaviour_for_image("kh-sim/hang-silent:v1") is Behaviour.HANG_SILENT
+    assert behaviour_for_image("registry.local:5000/kh-sim/exec@sha256:abc") is Behaviour.EXEC
+    assert behaviour_for_image("kh-sim/nope") is Behaviour.PULL_ERROR
+    assert behaviour_for_image("not-kh-sim/ok") is Behaviour.PULL_ERROR
+    assert behaviour_for_image("busybox") is Behaviour.PULL_ERROR
+
+
+def test_a_pod_is_bound_runs_with_a_loopback_ip_and_reports_from_that_ip(
+        cluster: TestCluster, namespace: str, kubelet: SimKubelet, receiver: ReportReceiver) -> None:
+    run_uuid = str(uuid.uuid4())
+    make_pod(cluster, namespace, "checker-a", "kh-sim/hang", report_env(receiver, run_uuid))
+    make_pod(cluster, namespace, "checker-b", "kh-sim/hang", report_env(receiver, str(uuid.uuid4())))
+    pods = [wait_phase(cluster, namespace, n, "Running") for n in ("checker-a", "checker-b")]
+    ips = [p["status"]["podIP"] for p in pods]
+    assert len(set(ips)) == 2
+    node_ips = dict(kubelet.nodes)
+    for pod, ip in zip(pods, ips, strict=True):
+        addr = ipaddress.ip_address(ip)
+        assert addr.is_loopback and ip != "127.0.0.1"
+        assert pod["status"]["podIPs"] == [{"ip": ip}]
+        assert pod["spec"]["nodeName"] in node_ips
+        assert pod["status"]["hostIP"] == node_ips[pod["spec"]["nodeName"]]
+        assert "running" in state_of(pod) and pod["status"]["startTime"]
+        assert {c["type"]: c["status"] for c in pod["status"]["conditions"]}["Ready"] == "True"
+
+    got = wait_for(lambda: receiver.from_ip(ips[0]), DEADLINE, what="report from checker-a's IP")
+    assert len(got) == 1
+    assert got[0].body == b'{"OK": true, "Errors": []}'
+    assert got[0].headers["kh-run-uuid"] == run_uuid
+    assert got[0].headers["content-type"] == "application/json"
+    assert got[0].path == "/externalCheckStatus"
+    report = wait_for(lambda: kubelet.report_results.get(f"{namespace}/checker-a"), DEADLINE, what="result")
+    assert report is not None and report.status == 200 and report.attempts == 1
+    assert report.response_body == "ok\n"
+    record = kubelet.record(namespace, "checker-a")
+    assert record is not None and record.report is report
+    assert record.seen and record.bound and record.running and record.reported
+    assert record.seen <= record.bound <= record.running <= record.reported
+    assert record.exited is None and phase_is(cluster, namespace, "checker-a", "Running")
+
+
+def test_an_ok_pod_reports_and_then_succeeds_with_exit_code_0(
+        cluster: TestCluster, namespace: str, kubelet: SimKubelet, receiver: ReportReceiver) -> None:
+    make_pod(cluster, namespace, "ok", "kh-sim/ok", report_env(receiver, "u-1"))
+    pod = wait_phase(cluster, namespace, "ok", "Succeeded")
+    term = state_of(pod)["terminated"]
+    assert term["exitCode"] == 0 and term["reason"] == "Completed" and term["finishedAt"]
+    assert len(receiver.from_ip(pod["status"]["podIP"])) == 1
+    record = kubelet.record(namespace, "ok")
+    assert record is not None and record.exit_code == 0
+    assert record.reported is not None and record.exited is not None and record.reported <= record.exited
+
+
+def test_a_failing_check_reports_its_errors_and_still_exits_0(
+        cluster: TestCluster, namespace: str, kubelet: SimKubelet, receiver: ReportReceiver) -> None:
+    make_pod(cluster, namespace, "fail", "kh-sim/fail",
+             report_env(receiver, "u-2", SIM_ERRORS="disk full|dns down"))
+    pod = wait_phase(cluster, namespace, "fail", "Succeeded")
+    (got,) = receiver.from_ip(pod["status"]["podIP"])
+    assert json.loads(got.body) == {"OK": False, "Errors": ["disk full", "dns down"]}
+
+
+def test_the_uuid_header_is_left_out_when_sim_no_uuid_header_is_set(
+        cluster: TestCluster, namespace: str, kubelet: SimKubelet, receiver: ReportReceiver) -> None:
+    make_pod(cluster, namespace, "noheader", "kh-sim/ok", report_env(receiver, "u-3", SIM_NO_UUID_HEADER="1"))
+    pod = wait_phase(cluster, namespace, "noheader", "Succeeded")
+    (got,) = receiver.from_ip(pod["status"]["podIP"])
+    assert "kh-run-uuid" not in got.headers
+    assert got.body == b'{"OK": true, "Errors": []}'
+
+
+def test_an_unknown_image_waits_with_err_image_pull_then_image_pull_back_off(
+        cluster: TestCluster, namespace: str, kubelet: SimKubelet) -> None:
+    make_pod(cluster, namespace, "badimage", "registry.invalid/nothing:1")
+    wait_for(lambda: waiting_reason(cluster, namespace, "badimage") in ("ErrImagePull", "ImagePullBackOff"),
+             DEADLINE, what="ErrImagePull")
+    wait_for(lambda: waiting_reason(cluster, namespace, "badimage") == "ImagePullBackOff",
+             DEADLINE, what="ImagePullBackOff")
+    pod = get_pod(cluster, namespace, "badimage")
+    assert pod is not None and pod["status"]["phase"] == "Pending" and pod["spec"]["nodeName"]
+
+
+def test_a_crashing_pod_ends_failed_with_exit_code_1_without_reporting(
+        cluster: TestCluster, namespace: str, kubelet: SimKubelet, receiver: ReportReceiver) -> None:
+    make_pod(cluster, namespace, "crash", "kh-sim/crash", report_env(receiver, "u-4"))
+    pod = wait_phase(cluster, namespace, "crash", "Failed")
+    term = state_of(pod)["terminated"]
+    assert term["exitCode"] == 1 and term["reason"] == "Error"
+    assert receiver.received == [] and kubelet.report_results == {}
+
+
+def test_a_slow_pod_reports_after_its_delay_and_a_pending_delay_holds_it_in_container_creating(
+        cluster: TestCluster, namespace: str, kubelet: SimKubelet, receiver: ReportReceiver) -> None:
+    make_pod(cluster, namespace, "slow", "kh-sim/slow",
+             report_env(receiver, "u-5", SIM_DELAY="0.5", SIM_PENDING_DELAY="1.5"))
+    wait_for(lambda: waiting_reason(cluster, namespace, "slow") == "ContainerCreating",
+             DEADLINE, what="ContainerCreating")
+    wait_phase(cluster, namespace, "slow", "Succeeded")
+    record = kubelet.record(namespace, "slow")
+    assert record is not None and record.bound and record.running and record.reported
+    assert record.running - record.bound >= 1.5
+    assert record.reported - record.running >= 0.5
+
+
+def test_deleting_a_running_pod_makes_it_disappear(
+        cluster: TestCluster, namespace: str, kubelet: SimKubelet) -> None:
+    make_pod(cluster, namespace, "victim", "kh-sim/hang-silent")
+    wait_phase(cluster, namespace, "victim", "Running")
+    cluster.request("DELETE", f"/api/v1/namespaces/{namespace}/pods/victim")
+    wait_for(lambda: get_pod(cluster, namespace, "victim") is None, DEADLINE, what="pod gone")
+    record = kubelet.record(namespace, "victim")
+    assert record is not None and record.terminating is not None and record.exited is None
+    wait_for(lambda: record.deleted is not None, DEADLINE, what="record marks the pod deleted")
+
+
+def test_evicting_a_running_pod_makes_it_disappear(
+        cluster: TestCluster, namespace: str, kubelet: SimKubelet, receiver: ReportReceiver) -> None:
+    make_pod(cluster, namespace, "evictee", "kh-sim/hang", report_env(receiver, "u-6"))
+    wait_phase(cluster, namespace, "evictee", "Running")
+    cluster.request("POST", f"/api/v1/namespaces/{namespace}/pods/evictee/eviction",
+                    {"apiVersion": "policy/v1beta1", "kind": "Eviction",
+                     "metadata": {"name": "evictee", "namespace": namespace}})
+    wait_for(lambda: get_pod(cluster, namespace, "evictee") is None, DEADLINE, what="evicted pod gone")
+
+
+def test_host_network_pods_share_their_node_ip_and_report_from_it(
+        cluster: TestCluster, namespace: str, kubelet: SimKubelet, receiver: ReportReceiver) -> None:
+    node, node_ip = kubelet.nodes[0]
+    for name in ("hostnet-a", "hostnet-b"):
+        make_pod(cluster, namespace, name, "kh-sim/hang", report_env(receiver, name),
+                 host_network=True, node=node)
+    pods = [wait_phase(cluster, namespace, n, "Running") for n in ("hostnet-a", "hostnet-b")]
+    assert [p["status"]["podIP"] for p in pods] == [node_ip, node_ip]
+    wait_for(lambda: len(receiver.from_ip(node_ip)) == 2, DEADLINE, what="two reports from the node IP")
+    got = receiver.from_ip(node_ip)
+    assert sorted(r.headers["kh-run-uuid"] for r in got) == ["hostnet-a", "hostnet-b"]
+
+
+def test_exec_runs_the_real_command_with_the_pod_env(
+        cluster: TestCluster, namespace: str, kubelet: SimKubelet) -> None:
+    script = ("import json, os, sys; "
+              "print(json.dumps({k: os.environ.get(k) for k in "
+              "('KH_RUN_UUID', 'MY_NS', 'MY_NAME', 'MY_IP', 'KH_SIM_POD_IP')})); "
+              "print('to stderr', file=sys.stderr); sys.exit(3)")
+    field_env = [{"name": n, "valueFrom": {"fieldRef": {"fieldPath": p}}}
+                 for n, p in (("MY_NS", "metadata.namespace"), ("MY_NAME", "metadata.name"),
+                              ("MY_IP", "status.podIP"))]
+    make_pod(cluster, namespace, "exec", "kh-sim/exec", {"KH_RUN_UUID": "u-7"},
+             command=[sys.executable, "-c", script], extra_env=field_env)
+    pod = wait_phase(cluster, namespace, "exec", "Failed")
+    assert state_of(pod)["terminated"]["exitCode"] == 3
+    record = kubelet.record(namespace, "exec")
+    assert record is not None and record.exit_code == 3
+    ip = pod["status"]["podIP"]
+    assert json.loads(record.stdout) == {"KH_RUN_UUID": "u-7", "MY_NS": namespace, "MY_NAME": "exec",
+                                         "MY_IP": ip, "KH_SIM_POD_IP": ip}
+    assert record.stderr.strip() == "to stderr"
+
+
+def test_a_report_to_a_closed_port_is_retried_then_given_up_and_the_pod_still_exits(
+        cluster: TestCluster, namespace: str, kubelet: SimKubelet) -> None:
+    dead = ReportReceiver()
+    url = dead.url
+    dead.stop()  # never started; the port is closed now
+    make_pod(cluster, namespace, "lonely", "kh-sim/ok", {"KH_REPORTING_URL": url, "KH_RUN_UUID": "u-8"})
+    wait_phase(cluster, namespace, "lonely", "Succeeded")
+    report = kubelet.report_results[f"{namespace}/lonely"]
+    assert report.status is None and report.error and report.attempts > 1
+
+
+@pytest.mark.parametrize("image", ["kh-sim/hang", "kh-sim/exec"])
+def test_stopping_the_kubelet_stops_running_pods_and_joins_every_thread(
+        cluster: TestCluster, namespace: str, image: str) -> None:
+    before = set(threading.enumerate())
+    sim = SimKubelet(str(cluster.kubeconfig), namespace=namespace).start()
+    try:
+        make_pod(cluster, namespace, "busy", image, {"KH_REPORTING_URL": "http://127.0.0.1:9/x"},
+                 command=[sys.executable, "-c", "import time; time.sleep(600)"])
+        wait_phase(cluster, namespace, "busy", "Running")
+    finally:
+        sim.stop()
+    leaked = [t.name for t in threading.enumerate() if t not in before and t.is_alive()]
+    assert leaked == []
+    record = sim.record(namespace, "busy")
+    assert record is not None and record.exited is None
+
+
+def test_a_cluster_wide_kubelet_drives_pods_and_resumes_after_its_watch_connection_drops(
+        cluster: TestCluster, namespace: str, receiver: ReportReceiver) -> None:
+    with SimKubelet(str(cluster.kubeconfig), nodes=2) as sim:
+        make_pod(cluster, namespace, "first", "kh-sim/ok", report_env(receiver, "u-9"))
+        wait_phase(cluster, namespace, "first", "Succeeded")
+        resp = wait_for(lambda: sim._resp, DEADLINE, what="an open watch")
+        _cut(resp)  # as if the connection to the API server dropped
+        make_pod(cluster, namespace, "second", "kh-sim/ok", report_env(receiver, "u-10"))
+        pod = wait_phase(cluster, namespace, "second", "Succeeded")
+        assert pod["spec"]["nodeName"] in dict(sim.nodes)
+    assert sorted(r.headers["kh-run-uuid"] for r in receiver.received) == ["u-10", "u-9"]

@@ -1,0 +1,220 @@
+"""One pod's life on the simulated kubelet: bind, Pending, Running, the behaviour, the exit.
+
+Each pod gets its own thread (named sim-pod-<ns>/<name>) that waits only on its cancel event, so a
+deletion noticed by the kubelet's watch stops it at once; a kh-sim/exec subprocess is killed with its
+whole process group. After cancellation the driver writes nothing more to the API server.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import threading
+import time
+from typing import Any
+
+from tests.sim import podstatus
+from tests.sim.api import MERGE_PATCH, RawApi, SimApiError
+from tests.sim.behaviours import (
+    PULL_BACKOFF_AFTER,
+    Behaviour,
+    Settings,
+    container_env,
+    exec_argv,
+    exec_env,
+    first_container,
+)
+from tests.sim.records import PodRecord
+from tests.sim.report import send_report
+
+logger = logging.getLogger(__name__)
+
+REPORTING_BEHAVIOURS = (Behaviour.OK, Behaviour.SLOW, Behaviour.FAIL, Behaviour.HANG)
+
+
+class PodDriver:
+    """Drives one pod; start() once, cancel() any time (idempotent), join() after cancel()."""
+
+    def __init__(self, api: RawApi, pod: dict[str, Any], record: PodRecord, *, behaviour: Behaviour,
+                 node: str, host_ip: str, pod_ip: str, bind: bool) -> None:
+        self._api = api
+        self._pod = pod
+        self.record = record
+        self.behaviour = behaviour
+        self.uid = record.uid
+        self._node = node
+        self._host_ip = host_ip
+        self.pod_ip = pod_ip
+        self._bind = bind
+        self._cancel = threading.Event()
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._thread = threading.Thread(target=self._run, name=f"sim-pod-{record.key}", daemon=True)
+        meta = pod.get("metadata") or {}
+        self._path = f"/api/v1/namespaces/{meta.get('namespace')}/pods/{meta.get('name')}"
+
+    # --- control, called from the kubelet's threads -------------------------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def cancel(self) -> None:
+        self._cancel.set()
+        with self._lock:
+            proc = self._proc
+        if proc is not None and proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def join(self, timeout: float) -> bool:
+        if self._thread.ident is not None:
+            self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancel.is_set()
+
+    # --- the pod's thread ---------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            self._lifecycle()
+        except Exception:  # top of the pod thread: log, never kill the test process
+            logger.exception("simulated pod %s failed", self.record.key)
+            self.record.errors.append("driver crashed; see log")
+
+    def _write_status(self, patch: dict[str, Any]) -> bool:
+        if self._cancel.is_set():
+            return False
+        try:
+            self._api.call("PATCH", self._path + "/status", patch, content_type=MERGE_PATCH)
+        except SimApiError as e:
+            if not self._cancel.is_set() and e.status != 404:
+                logger.warning("status write for %s failed: %s", self.record.key, e)
+                self.record.errors.append(f"status write: {e}")
+            return False
+        return True
+
+    def _do_bind(self) -> bool:
+        meta = self._pod.get("metadata") or {}
+        body = {"apiVersion": "v1", "kind": "Binding",
+                "metadata": {"name": meta.get("name"), "uid": self.uid},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": self._node}}
+        try:
+            self._api.call("POST", self._path + "/binding", body)
+        except SimApiError as e:
+            if e.status not in (404, 409):
+                logger.warning("binding %s to %s failed: %s", self.record.key, self._node, e)
+                self.record.errors.append(f"binding: {e}")
+            else:
+                logger.debug("binding %s skipped: %s", self.record.key, e)
+            return False
+        return True
+
+    def _lifecycle(self) -> None:
+        rec = self.record
+        if self._cancel.is_set() or (self._bind and not self._do_bind()):
+            return
+        rec.bound = time.monotonic()
+        rec.node = self._node
+        logger.debug("pod %s bound to %s with IP %s", rec.key, self._node, self.pod_ip)
+        pod, ip, host = self._pod, self.pod_ip, self._host_ip
+        env = container_env(pod, ip, host, self._node)
+        settings = Settings.from_env(env, self.behaviour)
+        start_time = podstatus.now_rfc3339()
+        if self.behaviour is Behaviour.PULL_ERROR:
+            self._image_pull_failure(start_time)
+            return
+        if not self._write_status(podstatus.waiting(pod, ip, host, start_time, reason="ContainerCreating")):
+            return
+        rec.waiting_reason = "ContainerCreating"
+        if self._cancel.wait(settings.pending_delay):
+            return
+        started_at = podstatus.now_rfc3339()
+        if not self._write_status(podstatus.running(pod, ip, host, start_time, started_at)):
+            return
+        rec.running, rec.phase, rec.waiting_reason = time.monotonic(), "Running", ""
+        logger.debug("pod %s running as %s", rec.key, self.behaviour.value)
+        exit_code = self._behave(env, settings)
+        if exit_code is None or self._cancel.is_set():
+            return
+        final = podstatus.terminated(pod, ip, host, start_time, started_at=started_at, exit_code=exit_code)
+        if self._write_status(final):
+            rec.exited, rec.exit_code = time.monotonic(), exit_code
+            rec.phase = "Succeeded" if exit_code == 0 else "Failed"
+            logger.debug("pod %s exited with %d", rec.key, exit_code)
+
+    def _image_pull_failure(self, start_time: str) -> None:
+        image = str(first_container(self._pod).get("image", ""))
+        pod, ip, host = self._pod, self.pod_ip, self._host_ip
+        message = f'rpc error: code = Unknown desc = pull access denied for {image} (simulated)'
+        status = podstatus.waiting(pod, ip, host, start_time, reason="ErrImagePull", message=message)
+        if not self._write_status(status):
+            return
+        self.record.waiting_reason = "ErrImagePull"
+        if self._cancel.wait(PULL_BACKOFF_AFTER):
+            return
+        message = f'Back-off pulling image "{image}"'
+        status = podstatus.waiting(pod, ip, host, start_time, reason="ImagePullBackOff", message=message)
+        if self._write_status(status):
+            self.record.waiting_reason = "ImagePullBackOff"
+
+    def _behave(self, env: dict[str, str], settings: Settings) -> int | None:
+        """The container's run; its exit code, or None when it never exits (hang) or was cancelled."""
+        b = self.behaviour
+        if b is Behaviour.EXEC:
+            return self._exec(env)
+        if self._cancel.wait(settings.delay):
+            return None
+        if b in REPORTING_BEHAVIOURS:
+            self._report(env, settings, ok=b is not Behaviour.FAIL)
+            if b is Behaviour.HANG:
+                self._cancel.wait()
+                return None
+            return None if self._cancel.wait(settings.exit_delay) else 0
+        if b is Behaviour.HANG_SILENT:
+            self._cancel.wait()
+            return None
+        return 1 if b is Behaviour.CRASH else 0
+
+    def _report(self, env: dict[str, str], settings: Settings, ok: bool) -> None:
+        url = env.get("KH_REPORTING_URL", "")
+        if not url:
+            self.record.errors.append("no KH_REPORTING_URL in the pod env; report not sent")
+            logger.warning("pod %s has no KH_REPORTING_URL; not reporting", self.record.key)
+            return
+        body = settings.body
+        if body is None:
+            body = json.dumps({"OK": ok, "Errors": [] if ok else list(settings.errors)}).encode()
+        run_uuid = env.get("KH_RUN_UUID") if settings.uuid_header else None
+        result = send_report(url, body, run_uuid, self.pod_ip, self._cancel)
+        self.record.report = result
+        self.record.reported = result.at
+        logger.debug("pod %s reported: status=%s error=%s", self.record.key, result.status, result.error)
+
+    def _exec(self, env: dict[str, str]) -> int | None:
+        argv = exec_argv(self._pod)
+        if not argv:
+            self.record.stderr = "kh-sim/exec needs command/args on the first container"
+            return 128
+        try:
+            proc = subprocess.Popen(argv, env=exec_env(env, self.pod_ip), stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        except OSError as e:
+            self.record.stderr = f"cannot start {argv[0]!r}: {e}"
+            return 127
+        with self._lock:
+            self._proc = proc
+        if self._cancel.is_set():
+            self.cancel()
+        out, err = proc.communicate()
+        self.record.stdout = out.decode("utf-8", errors="replace")
+        self.record.stderr = err.decode("utf-8", errors="replace")
+        if self._cancel.is_set():
+            return None
+        return proc.returncode if proc.returncode >= 0 else 128 - proc.returncode

@@ -1,0 +1,347 @@
+"""The simulated kubelet: fake nodes plus one pod watch that drives every new pod through its life.
+
+The test API server has no scheduler or kubelet, so pods would stay Pending forever. SimKubelet plays
+both: it binds each new pod to one of its nodes, writes realistic status (loopback pod IPs), runs the
+behaviour named by the image (see README.md) and honours deletion and eviction by deleting terminating
+pods with grace 0. Everything is driven by one watch (re-listing on 410, resuming on errors); each pod
+gets its own thread (driver.py), and force deletions go through a small pool so the watch never blocks
+on them. It does not simulate restarts, probes, init containers, volumes or resource accounting.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import urllib3
+from kubernetes.watch.watch import iter_resp_lines
+
+from tests.sim import podstatus
+from tests.sim.api import MERGE_PATCH, RawApi, SimApiError
+from tests.sim.behaviours import behaviour_for_image, first_container
+from tests.sim.driver import PodDriver
+from tests.sim.records import PodRecord, ReportResult
+
+logger = logging.getLogger(__name__)
+
+WATCH_SECONDS = 60  # server-side watch timeout; the read timeout is a little longer
+RETRY_PAUSE = 0.5  # seconds before resuming after a watch error
+JOIN_TIMEOUT = 20.0
+
+
+class _Expired(Exception):
+    """The watch's resourceVersion is too old (410): re-list."""
+
+
+class SimKubelet:
+    """Bind, run and clean up pods in one namespace (or all) of a test API server. Single use:
+    start() once, stop() (idempotent) once done. Two kubelets must not watch overlapping namespaces."""
+
+    def __init__(self, kubeconfig_path: str, nodes: int = 3, namespace: str | None = None,
+                 node_prefix: str = "sim-node") -> None:
+        self.kubeconfig_path = str(kubeconfig_path)
+        self.namespace = namespace
+        self.nodes: list[tuple[str, str]] = [(f"{node_prefix}-{i}", podstatus.node_ip(i))
+                                             for i in range(nodes)]
+        self._node_ips = dict(self.nodes)
+        self._api: RawApi | None = None
+        self._stop = threading.Event()
+        self._synced = threading.Event()
+        self._lock = threading.Lock()
+        self._drivers: dict[str, PodDriver] = {}  # live pods by ns/name
+        self._records: dict[str, PodRecord] = {}  # every pod ever driven by ns/name (latest wins)
+        self._all_drivers: list[PodDriver] = []  # for joining on stop
+        self._deleting: set[str] = set()  # uids with a grace-0 delete in flight
+        self._next_node = 0
+        self._resp: Any = None  # the open watch response, so stop() can cut it
+        self._rv = ""  # last resourceVersion seen (watch thread only); "" means list first
+        self._watch_thread = threading.Thread(target=self._watch_loop, name="sim-watch", daemon=True)
+        self._deleter = ThreadPoolExecutor(max_workers=4, thread_name_prefix="sim-delete")
+
+    # --- lifecycle ----------------------------------------------------------------------------------
+
+    def start(self, timeout: float = 30.0) -> SimKubelet:
+        """Create the nodes, start the watch and return once the first list is done."""
+        self._api = RawApi(self.kubeconfig_path)
+        try:
+            for name, ip in self.nodes:
+                self._ensure_node(name, ip)
+            self._watch_thread.start()
+            if not self._synced.wait(timeout):
+                raise RuntimeError(f"simulated kubelet could not list pods within {timeout}s")
+        except BaseException:
+            self.stop()
+            raise
+        logger.info("simulated kubelet started: %d nodes, namespace %s",
+                    len(self.nodes), self.namespace or "*")
+        return self
+
+    def stop(self) -> None:
+        """Stop watching, cancel every pod's behaviour (killing subprocesses) and join every thread."""
+        self._stop.set()
+        with self._lock:
+            resp = self._resp
+        if resp is not None:
+            _cut(resp)
+        if self._watch_thread.ident is not None:
+            self._watch_thread.join(JOIN_TIMEOUT)
+            if self._watch_thread.is_alive():
+                logger.error("sim-watch did not stop within %ss", JOIN_TIMEOUT)
+        with self._lock:  # no driver is added once _stop is set (see _adopt)
+            drivers = list(self._all_drivers)
+        for d in drivers:
+            d.cancel()
+        for d in drivers:
+            if not d.join(JOIN_TIMEOUT):
+                logger.error("driver of %s did not stop within %ss", d.record.key, JOIN_TIMEOUT)
+        self._deleter.shutdown(wait=True)
+        if self._api is not None:
+            self._api.close()
+
+    def __enter__(self) -> SimKubelet:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # --- what tests read ----------------------------------------------------------------------------
+
+    @property
+    def records(self) -> dict[str, PodRecord]:
+        """Every pod this kubelet drove, by `namespace/name` (a copy of the map; records are live)."""
+        with self._lock:
+            return dict(self._records)
+
+    @property
+    def report_results(self) -> dict[str, ReportResult]:
+        """The report each pod sent, by `namespace/name` (pods that did not report are absent)."""
+        return {k: r.report for k, r in self.records.items() if r.report is not None}
+
+    def record(self, namespace: str, name: str) -> PodRecord | None:
+        with self._lock:
+            return self._records.get(f"{namespace}/{name}")
+
+    # --- nodes --------------------------------------------------------------------------------------
+
+    def _ensure_node(self, name: str, ip: str) -> None:
+        assert self._api is not None
+        body = {"apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "kh-sim": "true"}}}
+        try:
+            self._api.call("POST", "/api/v1/nodes", body)
+        except SimApiError as e:
+            if e.status != 409:
+                raise
+        now = podstatus.now_rfc3339()
+        capacity = {"cpu": "8", "memory": "32Gi", "pods": "110"}
+        status = {"status": {
+            "addresses": [{"type": "InternalIP", "address": ip}, {"type": "Hostname", "address": name}],
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                            "message": "simulated kubelet is posting ready status",
+                            "lastHeartbeatTime": now, "lastTransitionTime": now}],
+            "capacity": capacity, "allocatable": capacity}}
+        self._api.call("PATCH", f"/api/v1/nodes/{name}/status", status, content_type=MERGE_PATCH)
+
+    def _pick_node(self) -> tuple[str, str]:
+        with self._lock:
+            node = self.nodes[self._next_node % len(self.nodes)]
+            self._next_node += 1
+        return node
+
+    # --- the watch ----------------------------------------------------------------------------------
+
+    def _pods_path(self) -> str:
+        return f"/api/v1/namespaces/{self.namespace}/pods" if self.namespace else "/api/v1/pods"
+
+    def _watch_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                if not self._rv:
+                    self._rv = self._relist()
+                    self._synced.set()
+                self._watch_once()
+            except _Expired:
+                logger.info("pod watch expired; re-listing")
+                self._rv = ""
+            except SimApiError as e:
+                if self._stop.is_set():
+                    break
+                logger.warning("pod watch failed: %s", e)
+                if e.status == 410:
+                    self._rv = ""
+                self._stop.wait(RETRY_PAUSE)
+            except (urllib3.exceptions.HTTPError, OSError) as e:
+                if self._stop.is_set():
+                    break
+                logger.warning("pod watch connection lost (%s); resuming from %s", e, self._rv or "a list")
+                self._stop.wait(RETRY_PAUSE)
+            except Exception:  # top of the watch loop: log, back off, resume
+                if self._stop.is_set():
+                    break
+                logger.exception("pod watch broke; resuming from %s", self._rv or "a fresh list")
+                self._stop.wait(RETRY_PAUSE)
+
+    def _relist(self) -> str:
+        assert self._api is not None
+        listed = self._api.call("GET", self._pods_path())
+        seen: set[str] = set()
+        for pod in listed.get("items") or []:
+            meta = pod.get("metadata") or {}
+            seen.add(f"{meta.get('namespace')}/{meta.get('name')}")
+            self._handle("ADDED", pod)
+        with self._lock:
+            vanished = [d for k, d in self._drivers.items() if k not in seen]
+        for d in vanished:
+            self._forget(d)
+        return str((listed.get("metadata") or {}).get("resourceVersion", ""))
+
+    def _watch_once(self) -> None:
+        """One watch request from self._rv until the server ends it; self._rv follows every event."""
+        assert self._api is not None
+        query = {"watch": "true", "resourceVersion": self._rv, "allowWatchBookmarks": "true",
+                 "timeoutSeconds": WATCH_SECONDS}
+        resp = self._api.stream(self._pods_path(), query, timeout=(5.0, WATCH_SECONDS + 15.0))
+        with self._lock:
+            self._resp = resp
+        try:
+            if self._stop.is_set():
+                return
+            for line in iter_resp_lines(resp):
+                if self._stop.is_set():
+                    break
+                if not line:
+                    continue
+                event = json.loads(line)
+                kind, obj = event.get("type"), event.get("object") or {}
+                if kind == "ERROR":
+                    if obj.get("code") == 410:
+                        raise _Expired()
+                    raise SimApiError(int(obj.get("code") or 0), json.dumps(obj))
+                self._rv = str((obj.get("metadata") or {}).get("resourceVersion") or self._rv)
+                if kind != "BOOKMARK":
+                    self._handle(str(kind), obj)
+        except (urllib3.exceptions.HTTPError, OSError):
+            if not self._stop.is_set():
+                raise
+        finally:
+            with self._lock:
+                self._resp = None
+            resp.close()
+            resp.release_conn()
+
+    # --- event handling (watch thread only) ---------------------------------------------------------
+
+    def _handle(self, kind: str, pod: dict[str, Any]) -> None:
+        meta = pod.get("metadata") or {}
+        spec = pod.get("spec") or {}
+        key, uid = f"{meta.get('namespace')}/{meta.get('name')}", str(meta.get("uid", ""))
+        with self._lock:
+            driver = self._drivers.get(key)
+        if driver is not None and driver.uid != uid:  # same name, new pod: the old one is gone
+            self._forget(driver)
+            driver = None
+        if kind == "DELETED":
+            if driver is not None:
+                self._forget(driver)
+            with self._lock:
+                self._deleting.discard(uid)
+            return
+        node = str(spec.get("nodeName") or "")
+        if meta.get("deletionTimestamp"):
+            if driver is not None:
+                if driver.record.terminating is None:
+                    driver.record.terminating = time.monotonic()
+                    logger.debug("pod %s is terminating", key)
+                driver.cancel()
+            if driver is not None or node in self._node_ips:
+                self._force_delete(key, uid)
+            return
+        if driver is not None:
+            return  # an echo of our own writes, or someone else's edit: nothing to do
+        status = pod.get("status") or {}
+        if not node:
+            node, host_ip = self._pick_node()
+            bind = True
+        elif node in self._node_ips and not status.get("podIP") and status.get("phase") in (None, "Pending"):
+            host_ip, bind = self._node_ips[node], False  # created already bound to one of our nodes
+        else:
+            return
+        self._adopt(pod, key, node=node, host_ip=host_ip, bind=bind)
+
+    def _adopt(self, pod: dict[str, Any], key: str, *, node: str, host_ip: str, bind: bool) -> None:
+        image = str(first_container(pod).get("image", ""))
+        behaviour = behaviour_for_image(image)
+        host_network = bool((pod.get("spec") or {}).get("hostNetwork"))
+        pod_ip = host_ip if host_network else podstatus.POD_IPS.allocate()
+        meta = pod.get("metadata") or {}
+        record = PodRecord(namespace=str(meta.get("namespace")), name=str(meta.get("name")),
+                           uid=str(meta.get("uid", "")),
+                           image=image, behaviour=behaviour.value, pod_ip=pod_ip, host_network=host_network,
+                           seen=time.monotonic())
+        assert self._api is not None
+        driver = PodDriver(self._api, pod, record, behaviour=behaviour, node=node, host_ip=host_ip,
+                           pod_ip=pod_ip, bind=bind)
+        with self._lock:
+            if self._stop.is_set():
+                if not host_network:
+                    podstatus.POD_IPS.release(pod_ip)
+                return
+            self._drivers[key] = driver
+            self._records[key] = record
+            self._all_drivers = [d for d in self._all_drivers if not d.join(0)] + [driver]
+            driver.start()  # under the lock, so stop() never sees a driver that is not started yet
+        logger.debug("adopted pod %s (%s) on %s", key, behaviour.value, node)
+
+    def _forget(self, driver: PodDriver) -> None:
+        driver.cancel()
+        key = driver.record.key
+        with self._lock:
+            if self._drivers.get(key) is driver:
+                del self._drivers[key]
+        if driver.record.deleted is None:
+            driver.record.deleted = time.monotonic()
+        if not driver.record.host_network:
+            podstatus.POD_IPS.release(driver.pod_ip)
+        logger.debug("pod %s is gone", key)
+
+    def _force_delete(self, key: str, uid: str) -> None:
+        with self._lock:
+            if uid in self._deleting or self._stop.is_set():
+                return
+            self._deleting.add(uid)
+        try:
+            self._deleter.submit(self._delete_now, key, uid)
+        except RuntimeError:  # the pool is shut down: we are stopping
+            pass
+
+    def _delete_now(self, key: str, uid: str) -> None:
+        assert self._api is not None
+        namespace, name = key.split("/", 1)
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0,
+                "preconditions": {"uid": uid}}
+        for attempt in range(5):
+            try:
+                self._api.call("DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}", body)
+                return
+            except SimApiError as e:
+                if e.status in (404, 409):
+                    return  # already gone, or a new pod took the name
+                logger.warning("grace-0 delete of %s failed (attempt %d): %s", key, attempt + 1, e)
+            if self._stop.wait(0.2 * (attempt + 1)):
+                return
+        with self._lock:
+            self._deleting.discard(uid)
+
+
+def _cut(resp: Any) -> None:
+    """Unblock a thread reading this watch response (urllib3 >= 2.3 can shut the socket down)."""
+    try:
+        if hasattr(resp, "shutdown"):
+            resp.shutdown()
+        else:
+            resp.close()
+    except (OSError, ValueError, RuntimeError):  # already closed or released by the watch thread
+        pass

@@ -1,0 +1,104 @@
+"""Pod status documents the simulated kubelet writes, and the loopback addresses it hands out.
+
+Status shapes follow what a real kubelet reports (phase, conditions, containerStatuses with waiting /
+running / terminated states), trimmed to the fields Kuberhealthy and tests look at. Pod IPs come from
+127.10.0.0-127.19.255.255, never 127.0.0.1, unique among live pods in this process; node IPs are
+127.20.0.N. Every address is on lo, so sockets can be bound to them.
+"""
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+POD_NET_FIRST = int(ipaddress.IPv4Address("127.10.0.1"))
+POD_NET_LAST = int(ipaddress.IPv4Address("127.19.255.254"))
+
+
+def node_ip(index: int) -> str:
+    return f"127.20.0.{index + 1}"
+
+
+class IpPool:
+    """Hands out pod IPs round-robin, skipping addresses still in use and .0/.255 octets."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._next = POD_NET_FIRST
+        self._used: set[int] = set()
+
+    def allocate(self) -> str:
+        with self._lock:
+            for _ in range(POD_NET_LAST - POD_NET_FIRST + 1):
+                candidate = self._next
+                self._next = candidate + 1 if candidate < POD_NET_LAST else POD_NET_FIRST
+                if candidate & 0xFF in (0, 255) or candidate in self._used:
+                    continue
+                self._used.add(candidate)
+                return str(ipaddress.IPv4Address(candidate))
+        raise RuntimeError("simulated pod network exhausted")
+
+    def release(self, ip: str) -> None:
+        with self._lock:
+            self._used.discard(int(ipaddress.IPv4Address(ip)))
+
+
+# One pool per process, so two simulated kubelets never hand out the same address.
+POD_IPS = IpPool()
+
+
+def now_rfc3339() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _containers(pod: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return list((pod.get("spec") or {}).get("containers") or [])
+
+
+def _container_statuses(pod: Mapping[str, Any], state: dict[str, Any], ready: bool) -> list[dict[str, Any]]:
+    return [{"name": c.get("name", ""), "image": c.get("image", ""), "imageID": "", "restartCount": 0,
+             "ready": ready, "started": "running" in state, "state": state}
+            for c in _containers(pod)]
+
+
+def _conditions(ready: bool, since: str) -> list[dict[str, Any]]:
+    flag = "True" if ready else "False"
+    return [{"type": "Initialized", "status": "True", "lastTransitionTime": since},
+            {"type": "Ready", "status": flag, "lastTransitionTime": since},
+            {"type": "ContainersReady", "status": flag, "lastTransitionTime": since},
+            {"type": "PodScheduled", "status": "True", "lastTransitionTime": since}]
+
+
+def _ips(pod_ip: str, host_ip: str) -> dict[str, Any]:
+    return {"hostIP": host_ip, "podIP": pod_ip, "podIPs": [{"ip": pod_ip}]}
+
+
+def waiting(pod: Mapping[str, Any], pod_ip: str, host_ip: str, start_time: str, *, reason: str,
+            message: str = "") -> dict[str, Any]:
+    """Pending with every container waiting for `reason` (ContainerCreating, ErrImagePull, ...)."""
+    state: dict[str, Any] = {"waiting": {"reason": reason}}
+    if message:
+        state["waiting"]["message"] = message
+    return {"status": {"phase": "Pending", "startTime": start_time, **_ips(pod_ip, host_ip),
+                       "conditions": _conditions(False, start_time),
+                       "containerStatuses": _container_statuses(pod, state, ready=False)}}
+
+
+def running(pod: Mapping[str, Any], pod_ip: str, host_ip: str, start_time: str,
+            started_at: str) -> dict[str, Any]:
+    state = {"running": {"startedAt": started_at}}
+    return {"status": {"phase": "Running", "startTime": start_time, **_ips(pod_ip, host_ip),
+                       "conditions": _conditions(True, started_at),
+                       "containerStatuses": _container_statuses(pod, state, ready=True)}}
+
+
+def terminated(pod: Mapping[str, Any], pod_ip: str, host_ip: str, start_time: str, *, started_at: str,
+               exit_code: int) -> dict[str, Any]:
+    finished = now_rfc3339()
+    state = {"terminated": {"exitCode": exit_code, "reason": "Completed" if exit_code == 0 else "Error",
+                            "startedAt": started_at, "finishedAt": finished}}
+    return {"status": {"phase": "Succeeded" if exit_code == 0 else "Failed", "startTime": start_time,
+                       **_ips(pod_ip, host_ip), "conditions": _conditions(False, finished),
+                       "containerStatuses": _container_statuses(pod, state, ready=False)}}
