@@ -21,12 +21,14 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
+from kuberhealthy import __version__
 from kuberhealthy.errors import ApiError, ConfigError, Unreachable, error_for_status
 
 logger = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 
+USER_AGENT = f"kuberhealthy/{__version__}"
 CONNECT_TIMEOUT = 5.0  # seconds
 READ_TIMEOUT = 15.0  # seconds, for ordinary (non-watch) requests
 
@@ -46,7 +48,9 @@ def load_api_client(kubeconfig: str | None = None) -> Any:
         urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
     # Many threads share one pool: size it for the watches plus concurrent runs and handlers.
     cfg.connection_pool_maxsize = 32
-    return k8s_client.ApiClient(cfg)
+    api = k8s_client.ApiClient(cfg)
+    api.user_agent = USER_AGENT  # so audit logs and API server metrics can tell our requests apart
+    return api
 
 
 def _status_error(status: int, body: bytes) -> ApiError:

@@ -74,7 +74,8 @@ def details(d: InProcessDaemon, key: str) -> dict[str, Any] | None:
 
 
 def test_the_http_example_check_reports_success_through_the_header_path(
-        cluster: TestCluster, namespace: str, daemon: InProcessDaemon, target: str, one_node_kubelet: SimKubelet) -> None:
+        cluster: TestCluster, namespace: str, daemon: InProcessDaemon, target: str,
+        one_node_kubelet: SimKubelet) -> None:
     cluster.request("POST", KHCHECKS.path(namespace), example("http", "http-check", {"CHECK_URL": target}))
     entry = wait_for(lambda: details(daemon, f"{namespace}/http"), 60, what="the http check's result")
     assert entry["OK"] is True and entry["Errors"] == []
