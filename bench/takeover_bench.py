@@ -45,7 +45,8 @@ def scenario(cluster: TestCluster, how: str, election: dict[str, str], work: Pat
     cluster.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
     cluster.request("POST", f"/apis/comcast.github.io/v1/namespaces/{ns}/khchecks", {
         "apiVersion": "comcast.github.io/v1", "kind": "KuberhealthyCheck", "metadata": {"name": "pulse"},
-        "spec": {"runInterval": "1s", "timeout": "30s", "podSpec": {"containers": [{"name": "m", "image": "kh-sim/ok"}]}}})
+        "spec": {"runInterval": "1s", "timeout": "30s",
+                 "podSpec": {"containers": [{"name": "m", "image": "kh-sim/ok"}]}}})
     kubelet = SimKubelet(str(cluster.kubeconfig), nodes=2, namespace=ns).start()
     b = DaemonProcess(cluster, work, f"{ns}-b", ns, {"targetNamespace": ns, "leaderElection": election})
     a = DaemonProcess(cluster, work, f"{ns}-a", ns, {"targetNamespace": ns, "leaderElection": election})
