@@ -1,0 +1,361 @@
+"""HTTP API figures: status page throughput against a bare Flask baseline, latency, reports per second.
+
+`python -m bench.web_bench` prints figures and asserts nothing. Loopback only; every loop is bounded.
+
+1. `GET /` with N checks (default 1,000) in the cache, served by our app under gunicorn (1 worker,
+   gthread, the daemon's thread count), against a bare gunicorn+Flask app returning the same bytes
+   with the same settings, measured in the same run, alternating. Figures: requests/s, the ratio
+   (target >= 0.8), p50/p99 latency at C concurrent keep-alive clients (default 50), and the server
+   process's CPU use (near 100% means the server, not the client, was the limit). The cache is fed
+   from dicts here; no API server.
+2. Validated reports per second (target >= 300/s): a real API server (tests/harness), K checker pods
+   created through it and set Running with their own loopback IPs, our app in gunicorn with real
+   services; each client reports for its own pod from the pod's address (half by header, half by IP),
+   so every report is looked up in the pod cache and stored through the API server.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import builtins
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from flask import Flask, Response
+from gunicorn.app.base import BaseApplication
+
+from kuberhealthy.server import HTTP_THREADS
+
+HOST = "127.0.0.1"
+GROUP = "/apis/comcast.github.io/v1"
+
+
+# --- servers (run in a child process: `python -m bench.web_bench --serve KIND ...`) -------------------
+
+class _Gunicorn(BaseApplication):
+    def __init__(self, factory: Callable[[], Any], port: int, threads: int) -> None:
+        self.factory, self.port, self.threads = factory, port, threads
+        super().__init__()
+
+    def load_config(self) -> None:
+        for key, value in {"bind": [f"{HOST}:{self.port}"], "workers": 1, "worker_class": "gthread",
+                           "threads": self.threads, "keepalive": 5, "accesslog": None, "errorlog": "-",
+                           "loglevel": "warning", "timeout": 120}.items():
+            self.cfg.set(key, value)
+
+    def load(self) -> Any:
+        return self.factory()
+
+
+class StaticStore:
+    """A reflector stand-in holding fixed objects (the status page bench needs no API server)."""
+
+    def __init__(self, objs: list[dict[str, Any]]) -> None:
+        self._objs = {f"{o['metadata']['namespace']}/{o['metadata']['name']}": o for o in objs}
+
+    def list(self) -> list[dict[str, Any]]:
+        return list(self._objs.values())
+
+    def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._objs.get(f"{namespace}/{name}")
+
+    def by_index(self, index: str, value: str) -> builtins.list[dict[str, Any]]:
+        return []
+
+    def add_listener(self, fn: Any) -> None:
+        pass
+
+
+class StubServices:
+    """Just what create_app reads, over static stores."""
+
+    def __init__(self, checks: int) -> None:
+        import kuberhealthy.config
+        from kuberhealthy.kube import Notifier
+        self.config = kuberhealthy.config.from_mapping({}, {"POD_NAME": "kh-bench-0"})
+        self.khstates = StaticStore(fake_khstates(checks))
+        self.khjobs = StaticStore([])
+        self.pods = StaticStore([])
+        self.notifier = Notifier()
+        self.resources = None
+
+    def current_master(self) -> str:
+        return "kh-bench-0"
+
+    def ready(self) -> bool:
+        return True
+
+
+def fake_khstates(n: int) -> list[dict[str, Any]]:
+    out = []
+    for i in range(n):
+        ns = f"team-{i % 20:02d}"
+        failing = i % 10 == 0
+        out.append({"metadata": {"namespace": ns, "name": f"check-{i:04d}", "resourceVersion": str(i + 1)},
+                    "spec": {"OK": not failing, "Errors": [f"check {i} failed: <timeout> & retry"] if failing else [],
+                             "RunDuration": f"{1 + i % 7}.{i % 1000:03d}s", "Namespace": ns, "Node": f"node-{i % 5}",
+                             "LastRun": "2024-05-01T12:00:00Z", "AuthoritativePod": "kh-bench-0",
+                             "uuid": str(uuid.UUID(int=i))}})
+    return out
+
+
+def ours_factory(checks: int) -> Callable[[], Any]:
+    def make() -> Any:
+        from kuberhealthy.web import create_app
+        return create_app(StubServices(checks))  # type: ignore[arg-type]
+    return make
+
+
+def bare_factory(page_file: str) -> Callable[[], Any]:
+    def make() -> Any:
+        page = Path(page_file).read_bytes()
+        app = Flask("bare")
+
+        @app.route("/")
+        def index() -> Response:
+            return Response(page, content_type="application/json")
+        return app
+    return make
+
+
+def reports_factory(kubeconfig: str, namespace: str) -> Callable[[], Any]:
+    def make() -> Any:
+        import kuberhealthy.config
+        from kuberhealthy.kube import Kube
+        from kuberhealthy.services import Services
+        from kuberhealthy.web import create_app
+        config = kuberhealthy.config.from_mapping({"targetNamespace": namespace},
+                                                  {"POD_NAME": "kh-bench-0", "POD_NAMESPACE": namespace})
+        services = Services(config, Kube.connect(kubeconfig))
+        services.start_caches()
+        services.wait_synced(30)
+        return create_app(services)
+    return make
+
+
+# --- load generation -------------------------------------------------------------------------------
+
+async def _client(port: int, request: bytes, until: float, latencies: list[float], statuses: dict[int, int],
+                  source_ip: str | None) -> None:
+    reader, writer = await asyncio.open_connection(HOST, port, local_addr=(source_ip, 0) if source_ip else None)
+    try:
+        while time.monotonic() < until:
+            start = time.perf_counter()
+            writer.write(request)
+            head = await reader.readuntil(b"\r\n\r\n")
+            status = int(head[9:12])
+            length = 0
+            for line in head.split(b"\r\n"):
+                if line[:15].lower() == b"content-length:":
+                    length = int(line[15:])
+            await reader.readexactly(length)
+            latencies.append(time.perf_counter() - start)
+            statuses[status] = statuses.get(status, 0) + 1
+            if b"connection: close" in head.lower():
+                break
+    finally:
+        writer.close()
+
+
+def load(port: int, requests: list[tuple[bytes, str | None]], seconds: float) -> tuple[list[float], dict[int, int]]:
+    """One keep-alive connection per (request bytes, source IP), each looping until the time is up."""
+    latencies: list[float] = []
+    statuses: dict[int, int] = {}
+
+    async def main() -> None:
+        until = time.monotonic() + seconds
+        await asyncio.gather(*(_client(port, req, until, latencies, statuses, ip) for req, ip in requests))
+    asyncio.run(main())
+    return latencies, statuses
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def worker_pids(arbiter: int) -> list[int]:
+    out = subprocess.run(["pgrep", "-P", str(arbiter)], capture_output=True, text=True, check=False).stdout
+    return [int(p) for p in out.split()]
+
+
+def start_server(args: list[str], port: int, ready_path: str = "/healthz",
+                 limit: float = 60) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen([sys.executable, "-m", "bench.web_bench", "--serve", *args, "--port", str(port)])
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://{HOST}:{port}{ready_path}", timeout=2) as r:
+                if r.status == 200:
+                    return proc
+        except OSError:
+            time.sleep(0.1)
+    proc.terminate()
+    raise RuntimeError(f"server {args} did not come up")
+
+
+def stop_server(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
+
+
+def measure(proc: subprocess.Popen[bytes], port: int, requests: list[tuple[bytes, str | None]],
+            seconds: float) -> dict[str, float]:
+    load(port, requests[:4], 0.5)  # warm-up
+    workers = worker_pids(proc.pid)
+    cpu0 = sum(cpu_seconds(p) for p in workers)
+    t0 = time.monotonic()
+    latencies, statuses = load(port, requests, seconds)
+    elapsed = time.monotonic() - t0
+    cpu = (sum(cpu_seconds(p) for p in workers) - cpu0) / elapsed
+    latencies.sort()
+    ok = statuses.get(200, 0)
+    return {"rps": ok / elapsed, "p50": latencies[len(latencies) // 2] * 1000 if latencies else 0.0,
+            "p99": latencies[int(len(latencies) * 0.99)] * 1000 if latencies else 0.0, "cpu": cpu * 100,
+            "errors": sum(v for k, v in statuses.items() if k != 200)}
+
+
+def free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return int(s.getsockname()[1])
+
+
+def show(label: str, m: dict[str, float]) -> None:
+    print(f"  {label:<26} {m['rps']:8.0f} req/s   p50 {m['p50']:7.1f} ms   p99 {m['p99']:7.1f} ms   "
+          f"server CPU {m['cpu']:4.0f}%   non-200 {m['errors']:.0f}", flush=True)
+
+
+# --- the two benchmarks ----------------------------------------------------------------------------
+
+def status_page_bench(checks: int, clients: int, seconds: float, rounds: int, threads: int) -> None:
+    print(f"GET / with {checks} checks, {clients} keep-alive clients, gunicorn 1 worker gthread x{threads}, "
+          f"{seconds:.0f}s per measurement", flush=True)
+    request = f"GET / HTTP/1.1\r\nHost: {HOST}\r\n\r\n".encode()
+    reqs: list[tuple[bytes, str | None]] = [(request, None)] * clients
+    ours_port, bare_port = free_port(), free_port()
+    ours = start_server(["ours", "--checks", str(checks), "--threads", str(threads)], ours_port)
+    bare = None
+    try:
+        with urllib.request.urlopen(f"http://{HOST}:{ours_port}/", timeout=10) as r:
+            page = r.read()
+        print(f"  page size {len(page)} bytes", flush=True)
+        with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+            f.write(page)
+        bare = start_server(["bare", "--page", f.name, "--threads", str(threads)], bare_port, ready_path="/")
+        ratios, ours_all = [], []
+        for i in range(rounds):
+            b = measure(bare, bare_port, reqs, seconds)
+            show(f"round {i + 1} bare Flask", b)
+            o = measure(ours, ours_port, reqs, seconds)
+            show(f"round {i + 1} kuberhealthy", o)
+            ratios.append(o["rps"] / b["rps"] if b["rps"] else 0.0)
+            ours_all.append(o)
+        print(f"  ratio kuberhealthy / bare: {statistics.mean(ratios):.2f} (rounds: "
+              f"{', '.join(f'{r:.2f}' for r in ratios)}; target >= 0.8)")
+        print(f"  kuberhealthy latency at {clients} clients: p50 {statistics.mean(m['p50'] for m in ours_all):.1f} ms, "
+              f"p99 {statistics.mean(m['p99'] for m in ours_all):.1f} ms", flush=True)
+        os.unlink(f.name)
+    finally:
+        stop_server(ours)
+        if bare is not None:
+            stop_server(bare)
+
+
+def reports_bench(pods: int, seconds: float, threads: int) -> None:
+    from tests.harness.cluster import cleanup, start_cluster
+    from tests.harness.crds import install_crds
+    print(f"POST /externalCheckStatus: {pods} pods each reporting in a loop (half by header, half by IP), "
+          f"real API server, {seconds:.0f}s", flush=True)
+    cluster = start_cluster()
+    proc = None
+    try:
+        install_crds(cluster)
+        ns = "bench-" + uuid.uuid4().hex[:6]
+        cluster.request("POST", "/api/v1/namespaces",
+                        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+        reqs: list[tuple[bytes, str | None]] = []
+        for i in range(pods):
+            run, name, ip = str(uuid.uuid4()), f"check-{i:03d}", f"127.0.9.{i + 1}"
+            cluster.request("POST", f"{GROUP}/namespaces/{ns}/khstates", {
+                "apiVersion": "comcast.github.io/v1", "kind": "KuberhealthyState", "metadata": {"name": name},
+                "spec": {"OK": True, "Errors": [], "RunDuration": "", "Namespace": ns, "Node": "",
+                         "AuthoritativePod": "kh-bench-0", "uuid": run}})
+            pod = f"{name}-{i}"
+            cluster.request("POST", f"/api/v1/namespaces/{ns}/pods", {
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": pod, "labels": {"app": "kuberhealthy-check", "kuberhealthy-run-id": run,
+                                                     "kuberhealthy-check-name": name},
+                             "annotations": {"comcast.github.io/check-name": name}},
+                "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "kh-sim/ok",
+                                                                    "env": [{"name": "KH_RUN_UUID", "value": run}]}]}})
+            cluster.request("PATCH", f"/api/v1/namespaces/{ns}/pods/{pod}/status",
+                            {"status": {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}]}},
+                            content_type="application/merge-patch+json")
+            body = json.dumps({"OK": False, "Errors": [f"bench failure {i}"]} if i % 3 == 0
+                              else {"OK": True, "Errors": []}).encode()
+            header = f"kh-run-uuid: {run}\r\n" if i % 2 == 0 else ""
+            reqs.append((f"POST /externalCheckStatus HTTP/1.1\r\nHost: {HOST}\r\nContent-Type: application/json\r\n"
+                         f"{header}Content-Length: {len(body)}\r\n\r\n".encode() + body, ip))
+        port = free_port()
+        proc = start_server(["reports", "--kubeconfig", str(cluster.kubeconfig), "--namespace", ns,
+                             "--threads", str(threads)], port, ready_path="/readyz")
+        api_pids = [p.pid for p in cluster.procs.values()]
+        api0 = sum(cpu_seconds(p) for p in api_pids)
+        t0 = time.monotonic()
+        m = measure(proc, port, reqs, seconds)
+        api_cpu = (sum(cpu_seconds(p) for p in api_pids) - api0) / (time.monotonic() - t0) * 100
+        show("validated reports", m)
+        print(f"  API server + etcd CPU {api_cpu:.0f}% (of {os.cpu_count()} CPUs x 100%)", flush=True)
+        print(f"  validated reports per second: {m['rps']:.0f} (target >= 300)", flush=True)
+    finally:
+        if proc is not None:
+            stop_server(proc)
+        cleanup(cluster)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    p.add_argument("--serve", choices=["ours", "bare", "reports"], help=argparse.SUPPRESS)
+    p.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--page", help=argparse.SUPPRESS)
+    p.add_argument("--kubeconfig", help=argparse.SUPPRESS)
+    p.add_argument("--namespace", help=argparse.SUPPRESS)
+    p.add_argument("--checks", type=int, default=1000, help="khstates in the cache for GET / (default 1000)")
+    p.add_argument("--clients", type=int, default=50, help="concurrent keep-alive clients (default 50)")
+    p.add_argument("--seconds", type=float, default=5.0, help="length of each measurement (default 5)")
+    p.add_argument("--rounds", type=int, default=2, help="alternating bare/ours rounds (default 2)")
+    p.add_argument("--threads", type=int, default=HTTP_THREADS, help=f"gthread threads (default {HTTP_THREADS})")
+    p.add_argument("--pods", type=int, default=50, help="reporting pods for the reports bench (default 50)")
+    p.add_argument("--skip-reports", action="store_true", help="only the status page bench")
+    args = p.parse_args(argv)
+    if args.serve == "ours":
+        _Gunicorn(ours_factory(args.checks), args.port, args.threads).run()
+    elif args.serve == "bare":
+        _Gunicorn(bare_factory(args.page), args.port, args.threads).run()
+    elif args.serve == "reports":
+        _Gunicorn(reports_factory(args.kubeconfig, args.namespace), args.port, args.threads).run()
+    else:
+        status_page_bench(args.checks, args.clients, args.seconds, args.rounds, args.threads)
+        if not args.skip_reports:
+            reports_bench(args.pods, args.seconds * 2, args.threads)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,94 @@
+"""The v2 Prometheus families, computed from the khstate cache at scrape time.
+
+Users' dashboards and alert rules query these names and labels, so they follow v2 (v2.8's
+promMetricsConfig included): `kuberhealthy_running{current_master}` 1, `kuberhealthy_cluster_state` 1|0,
+`kuberhealthy_check{check="<ns>/<name>",namespace,status,error}` 1|0,
+`kuberhealthy_check_duration_seconds{check,namespace}`, and the same two for jobs. The error label is
+the check's errors joined with `|`, double quotes turned into single quotes (as v2 did), optionally
+truncated to a number of bytes or left out. Unlike v2, the text itself is rendered by
+prometheus-client, so quotes, backslashes and newlines are escaped and the output always parses.
+
+A custom collector on its own registry: no process/platform collectors, no state kept between scrapes.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from kuberhealthy.config import PromMetrics
+from kuberhealthy.durations import parse_duration
+from kuberhealthy.state import Details, Summary, valid_text
+
+
+def error_label(errors: tuple[str, ...] | None, config: PromMetrics) -> str:
+    """v2's error label value: joined with '|', '"' as "'", cut to error_label_max_length bytes if set."""
+    text = valid_text("|".join(errors or ()).replace('"', "'"))
+    limit = config.error_label_max_length
+    if limit > 0:
+        raw = text.encode("utf-8")
+        if len(raw) > limit:  # cut on a character boundary so the value stays valid UTF-8
+            text = raw[:limit].decode("utf-8", "ignore")
+    return text
+
+
+def duration_seconds(run_duration: str) -> float:
+    """RunDuration in seconds; 0 when unset or unparsable (v2 logged and exported 0)."""
+    if not run_duration:
+        return 0.0
+    try:
+        return parse_duration(run_duration)
+    except ValueError:
+        return 0.0
+
+
+class KuberhealthyCollector(Collector):
+    """Reads the summary at each scrape; never blocks on the API."""
+
+    def __init__(self, summary: Callable[[], Summary], current_master: Callable[[], str],
+                 config: PromMetrics) -> None:
+        self._summary = summary
+        self._current_master = current_master
+        self._config = config
+
+    def describe(self) -> list[GaugeMetricFamily]:
+        return []  # names are fixed and unique on our own registry; skip the collect() at register time
+
+    def _workload(self, kind: str, what: str, entries: tuple[Details, ...]) -> Iterator[GaugeMetricFamily]:
+        labels = ["check", "namespace", "status"]
+        if not self._config.suppress_error_label:
+            labels.append("error")
+        state = GaugeMetricFamily(f"kuberhealthy_{kind}", f"Shows the status of a Kuberhealthy {kind}",
+                                  labels=labels)
+        duration = GaugeMetricFamily(f"kuberhealthy_{kind}_duration_seconds",
+                                     f"Shows the {what} run duration of a Kuberhealthy {kind}",
+                                     labels=["check", "namespace"])
+        for d in entries:
+            status = "1" if d.ok else "0"
+            values = [d.key, d.spec_namespace, status]
+            if not self._config.suppress_error_label:
+                values.append(error_label(d.errors, self._config))
+            state.add_metric(values, 1.0 if d.ok else 0.0)
+            duration.add_metric([d.key, d.spec_namespace], duration_seconds(d.run_duration))
+        yield state
+        yield duration
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        summary = self._summary()
+        running = GaugeMetricFamily("kuberhealthy_running", "Shows if kuberhealthy is running error free",
+                                    labels=["current_master"])
+        running.add_metric([valid_text(self._current_master())], 1.0)
+        yield running
+        yield GaugeMetricFamily("kuberhealthy_cluster_state", "Shows the status of the cluster",
+                                value=1.0 if summary.ok else 0.0)
+        yield from self._workload("check", "check", summary.checks)
+        yield from self._workload("job", "job", summary.jobs)
+
+
+def make_registry(summary: Callable[[], Summary], current_master: Callable[[], str],
+                  config: PromMetrics) -> CollectorRegistry:
+    """A registry holding only the Kuberhealthy collector (what `/metrics` exposes)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(KuberhealthyCollector(summary, current_master, config))
+    return registry

@@ -1,0 +1,311 @@
+"""POST /externalCheckStatus over a real socket, against the real API server and the real caches."""
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from flask import Flask
+
+from kuberhealthy.errors import Unreachable
+from kuberhealthy.services import Services
+from kuberhealthy.web.reportbody import MAX_BODY
+from tests.harness.wait import wait_for
+from tests.web.conftest import PodMaker, Server, http_request, next_pod_ip, post_report, rv, serve
+
+OK = {"OK": True, "Errors": []}
+FAIL = {"OK": False, "Errors": ["disk full", "dns <broken> & slow"]}
+
+
+def new_uuid() -> str:
+    return str(uuid.uuid4())
+
+
+def one_line(text: str) -> bool:
+    return bool(text.strip()) and len(text.rstrip("\n").splitlines()) == 1
+
+
+def assert_refused(answer_status: int, text: str, status: int = 400) -> None:
+    assert answer_status == status, text
+    assert one_line(text), repr(text)
+
+
+def test_a_report_identified_by_its_uuid_header_is_stored(server: Server, maker: PodMaker) -> None:
+    run = new_uuid()
+    before = maker.khstate("dns", run)
+    pod = maker.pod("dns", run)
+    answer = post_report(server, FAIL, run_uuid=run, source_ip=pod.ip)
+    assert answer.status == 200, answer.text
+    after = maker.get_khstate("dns")
+    assert rv(after) != rv(before)
+    assert after["spec"]["OK"] is False and after["spec"]["Errors"] == FAIL["Errors"]
+    assert after["spec"]["AuthoritativePod"] == "kh-test-0" and after["spec"]["uuid"] == run
+    assert after["spec"]["LastRun"]
+
+
+def test_a_report_identified_by_its_source_ip_is_stored(server: Server, maker: PodMaker) -> None:
+    run = new_uuid()
+    maker.khstate("ping", run, OK=False, Errors=["old failure"])
+    pod = maker.pod("ping", run)
+    answer = post_report(server, OK, source_ip=pod.ip)
+    assert answer.status == 200, answer.text
+    spec = maker.get_khstate("ping")["spec"]
+    assert spec["OK"] is True and spec["Errors"] == [] and spec["LastRun"]
+
+
+def test_keys_match_case_insensitively_like_gos_decoder(server: Server, maker: PodMaker) -> None:
+    run = new_uuid()
+    maker.khstate("case", run)
+    pod = maker.pod("case", run)
+    answer = post_report(server, b'{"ok": false, "errors": ["lower case keys"], "extra": 1}', source_ip=pod.ip)
+    assert answer.status == 200, answer.text
+    assert maker.get_khstate("case")["spec"]["Errors"] == ["lower case keys"]
+
+
+def test_a_host_network_pod_whose_ip_matches_several_pods_reports_by_header(server: Server,
+                                                                            maker: PodMaker) -> None:
+    node_ip = next_pod_ip()
+    runs = {name: new_uuid() for name in ("hn-a", "hn-b", "hn-c")}
+    for name, run in runs.items():
+        maker.khstate(name, run)
+        maker.pod(name, run, ip=node_ip)
+    answer = post_report(server, {"OK": False, "Errors": ["from b"]}, run_uuid=runs["hn-b"], source_ip=node_ip)
+    assert answer.status == 200, answer.text
+    assert maker.get_khstate("hn-b")["spec"]["Errors"] == ["from b"]
+    assert maker.get_khstate("hn-a")["spec"]["Errors"] == []
+
+
+def test_a_report_by_ip_is_refused_when_several_running_pods_share_that_ip(server: Server,
+                                                                          maker: PodMaker) -> None:
+    node_ip = next_pod_ip()
+    runs = {name: new_uuid() for name in ("sh-a", "sh-b")}
+    before = {name: maker.khstate(name, run) for name, run in runs.items()}
+    for name, run in runs.items():
+        maker.pod(name, run, ip=node_ip)
+    answer = post_report(server, OK, source_ip=node_ip)
+    assert_refused(answer.status, answer.text)
+    assert "two or more" in answer.text
+    for name in runs:
+        assert rv(maker.get_khstate(name)) == rv(before[name])
+
+
+def test_a_report_with_a_stale_uuid_is_rejected_and_changes_nothing(server: Server, maker: PodMaker) -> None:
+    old, current = new_uuid(), new_uuid()
+    before = maker.khstate("stale", current)
+    pod = maker.pod("stale", old)  # a pod of the previous run, still around
+    for run_header in (old, None):
+        answer = post_report(server, OK, run_uuid=run_header, source_ip=pod.ip)
+        assert_refused(answer.status, answer.text)
+        assert "not properly whitelisted" in answer.text and old in answer.text
+    assert rv(maker.get_khstate("stale")) == rv(before)
+
+
+def test_a_report_with_the_uuid_of_another_check_is_rejected_and_changes_nothing(server: Server,
+                                                                                 maker: PodMaker) -> None:
+    run_a, run_b = new_uuid(), new_uuid()
+    before_a = maker.khstate("check-a", run_a)
+    before_b = maker.khstate("check-b", run_b)
+    # a pod annotated as check-a but carrying check-b's current run UUID
+    pod = maker.pod("check-a", run_b, env_uuid=run_b)
+    answer = post_report(server, OK, run_uuid=run_b, source_ip=pod.ip)
+    assert_refused(answer.status, answer.text)
+    assert rv(maker.get_khstate("check-a")) == rv(before_a)
+    assert rv(maker.get_khstate("check-b")) == rv(before_b)
+
+
+def test_a_report_from_an_unknown_ip_is_rejected_and_changes_nothing(server: Server, maker: PodMaker,
+                                                                     app: object) -> None:
+    run = new_uuid()
+    before = maker.khstate("lonely", run)
+    maker.pod("lonely", run)
+    answer = post_report(server, OK, source_ip=next_pod_ip())
+    assert_refused(answer.status, answer.text)
+    assert "failed to find a pod" in answer.text
+    assert rv(maker.get_khstate("lonely")) == rv(before)
+
+
+def test_a_report_with_an_unknown_uuid_header_is_rejected_even_from_a_known_pod_ip(server: Server,
+                                                                                   maker: PodMaker) -> None:
+    run = new_uuid()
+    before = maker.khstate("hdr", run)
+    pod = maker.pod("hdr", run)
+    answer = post_report(server, OK, run_uuid=new_uuid(), source_ip=pod.ip)
+    assert_refused(answer.status, answer.text)
+    assert rv(maker.get_khstate("hdr")) == rv(before)
+
+
+def test_a_pending_pod_cannot_report_by_ip(server: Server, maker: PodMaker) -> None:
+    run = new_uuid()
+    before = maker.khstate("pending", run)
+    pod = maker.pod("pending", run, running=False)
+    answer = post_report(server, OK, source_ip=pod.ip)
+    assert_refused(answer.status, answer.text)
+    assert rv(maker.get_khstate("pending")) == rv(before)
+
+
+def test_a_pod_without_the_check_name_annotation_is_refused(server: Server, maker: PodMaker) -> None:
+    run = new_uuid()
+    before = maker.khstate("noanno", run)
+    pod = maker.pod("noanno", run, annotate=False)
+    answer = post_report(server, OK, run_uuid=run, source_ip=pod.ip)
+    assert_refused(answer.status, answer.text)
+    assert "check name annotation" in answer.text
+    assert rv(maker.get_khstate("noanno")) == rv(before)
+
+
+def test_a_pod_without_a_run_uuid_env_var_is_refused(server: Server, maker: PodMaker) -> None:
+    run = new_uuid()
+    before = maker.khstate("noenv", run)
+    pod = maker.pod("noenv", run, with_env=False)
+    answer = post_report(server, OK, run_uuid=run, source_ip=pod.ip)
+    assert_refused(answer.status, answer.text)
+    assert "KH_RUN_UUID" in answer.text
+    assert rv(maker.get_khstate("noenv")) == rv(before)
+
+
+@pytest.mark.parametrize(("body", "reason"), [
+    (b'{"OK": true, "Errors": [', "Failed to unmarshal state json"),
+    (b"not json at all", "Failed to unmarshal state json"),
+    (b'{"OK": "yes"}', "Failed to unmarshal state json"),
+    (b'["OK", true]', "Failed to unmarshal state json"),
+    (b'{"OK": false}', "without any error strings"),
+    (b'{"OK": false, "Errors": []}', "without any error strings"),
+    (b"", "Failed to unmarshal state json"),
+    (b'{"OK": false, "Errors": ["real", ""]}', "blank error string"),
+    (b'{"OK": false, "Errors": ["  \\t "]}', "blank error string"),
+    (b'{"OK": true, "Errors": ["but it failed"]}', "OK true with error strings"),
+], ids=["bad-json", "not-json", "ok-not-bool", "array", "ok-false-no-errors", "ok-false-empty-errors",
+        "empty-body", "blank-error", "whitespace-error", "ok-true-with-errors"])
+def test_a_bad_body_from_a_valid_pod_is_rejected_and_changes_nothing(server: Server, maker: PodMaker,
+                                                                     body: bytes, reason: str) -> None:
+    run = new_uuid()
+    check = "body-" + uuid.uuid4().hex[:6]
+    before = maker.khstate(check, run)
+    pod = maker.pod(check, run)
+    answer = post_report(server, body, run_uuid=run, source_ip=pod.ip)
+    assert_refused(answer.status, answer.text)
+    assert reason in answer.text
+    assert rv(maker.get_khstate(check)) == rv(before)
+
+
+def test_a_body_over_one_mebibyte_is_refused_with_413_and_changes_nothing(server: Server,
+                                                                          maker: PodMaker) -> None:
+    run = new_uuid()
+    before = maker.khstate("big", run)
+    pod = maker.pod("big", run)
+    padding = "x" * MAX_BODY
+    body = ('{"OK": false, "Errors": ["' + padding + '"]}').encode()
+    answer = post_report(server, body, run_uuid=run, source_ip=pod.ip)
+    assert_refused(answer.status, answer.text, 413)
+    chunked = http_request(server, "POST", "/externalCheckStatus", body, {"kh-run-uuid": run},
+                           source_ip=pod.ip, chunked=True)
+    assert_refused(chunked.status, chunked.text, 413)
+    assert rv(maker.get_khstate("big")) == rv(before)
+
+
+def test_a_body_of_exactly_one_mebibyte_is_accepted(server: Server, maker: PodMaker) -> None:
+    run = new_uuid()
+    maker.khstate("edge", run)
+    pod = maker.pod("edge", run)
+    prefix, suffix = b'{"OK": true, "Errors": [], "pad": "', b'"}'
+    body = prefix + b"x" * (MAX_BODY - len(prefix) - len(suffix)) + suffix
+    assert len(body) == MAX_BODY
+    answer = post_report(server, body, run_uuid=run, source_ip=pod.ip)
+    assert answer.status == 200, answer.text
+
+
+def test_a_report_waits_briefly_for_a_pod_the_cache_has_not_seen_yet(server: Server, maker: PodMaker,
+                                                                     services: Services) -> None:
+    run = new_uuid()
+    maker.khstate("late", run)
+    name = "late-" + uuid.uuid4().hex[:6]
+    result: dict[str, object] = {}
+
+    def report() -> None:
+        a = post_report(server, OK, run_uuid=run, source_ip="127.0.0.1")
+        result["status"], result["text"] = a.status, a.text
+
+    t = threading.Thread(target=report)
+    t.start()
+    wait_for(lambda: services.pods.get(maker.namespace, name) is None, what="nothing yet")
+    maker.pod("late", run, name=name, wait=False)
+    t.join(30)
+    assert result.get("status") == 200, result
+
+
+def test_when_storing_fails_the_answer_is_500(server: Server, maker: PodMaker,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    run = new_uuid()
+    maker.khstate("broken", run)
+    pod = maker.pod("broken", run)
+
+    def fail(*_a: object, **_k: object) -> None:
+        raise Unreachable("PUT khstates: connection refused")
+
+    monkeypatch.setattr("kuberhealthy.web.report.record_report", fail)
+    answer = post_report(server, OK, run_uuid=run, source_ip=pod.ip)
+    assert answer.status == 500
+    assert "failed to store check state for broken" in answer.text
+
+
+def test_each_report_logs_one_info_line_with_a_request_id_and_no_body(server: Server, maker: PodMaker,
+                                                                      caplog: pytest.LogCaptureFixture) -> None:
+    run = new_uuid()
+    maker.khstate("logged", run)
+    pod = maker.pod("logged", run)
+    secret = "do-not-log-this-body"
+    with caplog.at_level(logging.INFO, logger="kuberhealthy.web.report"):
+        ok = post_report(server, {"OK": False, "Errors": [secret]}, run_uuid=run, source_ip=pod.ip)
+        bad = post_report(server, {"OK": False}, run_uuid=run, source_ip=pod.ip)
+    assert ok.status == 200 and bad.status == 400
+    lines = [r for r in caplog.records if r.name == "kuberhealthy.web.report" and r.levelno >= logging.INFO]
+    assert len(lines) == 2
+    for record, answer in zip(lines, (ok, bad), strict=True):
+        message = record.getMessage()
+        assert answer.headers["x-request-id"] in message
+        assert secret not in message
+    assert pod.name in lines[0].getMessage() and "stored" in lines[0].getMessage()
+    assert "refused" in lines[1].getMessage()
+
+
+@pytest.fixture
+def ipv6_server(app: Flask) -> Iterator[Server]:
+    try:
+        s = serve(app, host="::1")
+    except OSError as e:  # no IPv6 loopback on this machine
+        pytest.skip(f"no IPv6 loopback: {e}")
+    try:
+        yield s
+    finally:
+        s.httpd.shutdown()
+        s.thread.join(10)
+        s.httpd.server_close()
+
+
+def test_a_report_from_an_ipv6_pod_address_is_identified(ipv6_server: Server, maker: PodMaker) -> None:
+    run = new_uuid()
+    maker.khstate("six", run)
+    maker.pod("six", run, ip="::1")
+    answer = post_report(ipv6_server, {"OK": False, "Errors": ["over v6"]}, source_ip="::1")
+    assert answer.status == 200, answer.text
+    assert maker.get_khstate("six")["spec"]["Errors"] == ["over v6"]
+
+
+def test_an_ipv4_caller_seen_through_a_dual_stack_socket_is_identified(app: Flask, maker: PodMaker) -> None:
+    try:
+        srv = serve(app, host="::")
+    except OSError as e:
+        pytest.skip(f"no dual-stack socket: {e}")
+    try:
+        run = new_uuid()
+        maker.khstate("dual", run)
+        pod = maker.pod("dual", run)
+        v4 = Server("127.0.0.1", srv.port, srv.httpd, srv.thread)
+        answer = post_report(v4, OK, source_ip=pod.ip)
+        assert answer.status == 200, answer.text
+    finally:
+        srv.httpd.shutdown()
+        srv.thread.join(10)
+        srv.httpd.server_close()
