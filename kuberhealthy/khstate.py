@@ -115,8 +115,14 @@ def claim_run(res: Resources, namespace: str, name: str, run_uuid: str, pod_name
 
 def record_report(res: Resources, namespace: str, name: str, run_uuid: str, ok: bool, errors: list[str],
                   pod_name: str, now: dt.datetime | None = None, hint: Obj | None = None) -> Obj:
-    """Store a checker pod's report. Raises StaleReport (and writes nothing) if run_uuid is not current."""
+    """Store a checker pod's report. Raises StaleReport (and writes nothing) if run_uuid is not current.
+
+    A cached `hint` is used only when it already names this run: a cache lagging behind the run's
+    claim must not turn a valid report into a StaleReport, so that case re-reads from the API.
+    """
     when = rfc3339(now or utcnow())
+    if hint is not None and Spec.of(hint).uuid != run_uuid:
+        hint = None
 
     def mutate(current: Obj | None) -> Obj | None:
         if current is None or Spec.of(current).uuid != run_uuid:
@@ -139,6 +145,8 @@ def record_report(res: Resources, namespace: str, name: str, run_uuid: str, ok: 
 def record_result(res: Resources, namespace: str, name: str, run_uuid: str, run_duration: str, node: str,
                   pod_name: str, hint: Obj | None = None) -> Obj | None:
     """After the pod exited: RunDuration and Node, unless a newer run has claimed the khstate."""
+    if hint is not None and Spec.of(hint).uuid != run_uuid:
+        hint = None  # decide "claimed by a newer run" on a fresh read, not a lagging cache
     def mutate(current: Obj | None) -> Obj | None:
         if current is None or Spec.of(current).uuid != run_uuid:
             return None

@@ -1,0 +1,51 @@
+"""khstate writes against the real API server, including a watch cache that lags behind."""
+from __future__ import annotations
+
+import pytest
+
+from kuberhealthy import khstate
+from kuberhealthy.kube import KHSTATES, Kube, Resources
+from tests.harness.cluster import TestCluster
+
+
+@pytest.fixture
+def res(cluster: TestCluster) -> Resources:
+    kube = Kube.connect(str(cluster.kubeconfig))
+    yield Resources(kube)
+    kube.close()
+
+
+def test_a_report_is_stored_even_when_the_cached_copy_predates_the_runs_claim(res: Resources,
+                                                                              namespace: str) -> None:
+    before = khstate.claim_run(res, namespace, "c", "run-1", "kh-0")
+    khstate.claim_run(res, namespace, "c", "run-2", "kh-0", hint=before)  # 409 on the stale hint, then re-read
+    out = khstate.record_report(res, namespace, "c", "run-2", False, ["boom"], "kh-0", hint=before)
+    spec = khstate.Spec.of(out)
+    assert (spec.uuid, spec.ok, spec.errors) == ("run-2", False, ("boom",))
+    assert khstate.reported_uuid(out) == "run-2"
+
+
+def test_a_report_from_a_replaced_run_is_refused_even_with_a_matching_stale_hint(res: Resources,
+                                                                                 namespace: str) -> None:
+    first = khstate.claim_run(res, namespace, "c", "run-1", "kh-0")
+    khstate.claim_run(res, namespace, "c", "run-2", "kh-0")
+    with pytest.raises(khstate.StaleReport):
+        khstate.record_report(res, namespace, "c", "run-1", True, [], "kh-0", hint=first)
+    assert khstate.Spec.of(res.get(KHSTATES, namespace, "c")).last_run is None
+
+
+def test_record_result_does_not_touch_a_state_claimed_by_a_newer_run(res: Resources, namespace: str) -> None:
+    khstate.claim_run(res, namespace, "c", "run-1", "kh-0")
+    khstate.claim_run(res, namespace, "c", "run-2", "kh-0")
+    assert khstate.record_result(res, namespace, "c", "run-1", "1s", "node-a", "kh-0") is not None
+    spec = khstate.Spec.of(res.get(KHSTATES, namespace, "c"))
+    assert spec.run_duration == "" and spec.node == ""
+
+
+def test_an_execution_error_keeps_the_current_uuid(res: Resources, namespace: str) -> None:
+    khstate.claim_run(res, namespace, "c", "run-1", "kh-0")
+    out = khstate.record_error(res, namespace, "c", ["Check execution error: x"], "kh-0", "2s", "n1")
+    spec = khstate.Spec.of(out)
+    assert (spec.uuid, spec.ok, spec.errors, spec.run_duration, spec.node) == (
+        "run-1", False, ("Check execution error: x",), "2s", "n1")
+    assert spec.last_run is not None
