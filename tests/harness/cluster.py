@@ -10,6 +10,7 @@ Nothing here is imported by the product.
 """
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import shutil
@@ -244,8 +245,15 @@ class TestCluster:
 
 
 def start_cluster(with_kcm: bool = False, workdir: Path | None = None) -> TestCluster:
+    """Start a test bed; its processes are stopped at interpreter exit even if the caller forgets."""
     wd = workdir or Path(tempfile.mkdtemp(prefix="kh-testbed-"))
-    return TestCluster(workdir=wd, with_kcm=with_kcm).start()
+    cluster = TestCluster(workdir=wd, with_kcm=with_kcm)
+    atexit.register(cluster.stop)
+    try:
+        return cluster.start()
+    except BaseException:
+        cluster.stop()
+        raise
 
 
 def cleanup(cluster: TestCluster) -> None:
