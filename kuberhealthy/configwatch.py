@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import threading
 from collections.abc import Callable
 
 from kuberhealthy.config import Config, load
 from kuberhealthy.errors import ConfigError
+from kuberhealthy.threads import BackgroundThread
 
 logger = logging.getLogger(__name__)
 
@@ -25,26 +25,15 @@ def _digest(path: str) -> str | None:
         return None
 
 
-class ConfigWatcher:
+class ConfigWatcher(BackgroundThread):
     def __init__(self, path: str, current: Config, on_change: Callable[[Config], None],
                  interval: float = 2.0) -> None:
+        super().__init__("kh-config-watch")
         self._path = path
         self._current = current
         self._on_change = on_change
         self._interval = interval
         self._digest = _digest(path)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="kh-config-watch", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def join(self, timeout: float | None = None) -> None:
-        if self._thread.is_alive():
-            self._thread.join(timeout)
 
     def check_once(self) -> bool:
         """Reload if the file changed. Returns True when a new, different config was applied."""

@@ -22,38 +22,35 @@ from kuberhealthy.checks import CheckSpec
 from kuberhealthy.errors import ApiError
 from kuberhealthy.kube import KHJOBS, Obj, key_of
 from kuberhealthy.runner import Runner
+from kuberhealthy.threads import BackgroundThread
 
 logger = logging.getLogger(__name__)
 
 RunnerFactory = Callable[[Any, CheckSpec, threading.Event], Runner]
 
 
-class CheckWorker:
+class _Worker(BackgroundThread):
+    """A thread that runs one check's (or job's) runs; stopping it also ends the current run at once."""
+
+    def __init__(self, services: Any, spec: CheckSpec, runner: RunnerFactory, name: str) -> None:
+        super().__init__(name)
+        self.s = services
+        self.spec = spec
+        self._runner = runner
+
+    def stop(self) -> None:
+        super().stop()
+        self.s.notifier.wake()  # the run's waits share the notifier; wake them to see the stop
+
+
+class CheckWorker(_Worker):
     """One check's thread: run now, then every runInterval measured from each run's start."""
 
     def __init__(self, services: Any, spec: CheckSpec, runner: RunnerFactory = Runner,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self.s = services
-        self.spec = spec
-        self._runner = runner
+        super().__init__(services, spec, runner, f"kh-check-{spec.namespace}/{spec.name}")
         self._clock = clock
-        self._stop = threading.Event()
         self.runs = 0
-        self._thread = threading.Thread(target=self._run, name=f"kh-check-{spec.namespace}/{spec.name}",
-                                        daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self.s.notifier.wake()
-
-    def join(self, timeout: float | None = None) -> None:
-        self._thread.join(timeout)
-
-    def is_alive(self) -> bool:
-        return self._thread.is_alive()
 
     def _run(self) -> None:
         next_due = self._clock()
@@ -76,28 +73,12 @@ class CheckWorker:
             logger.warning("Check %s: could not record the crash in its khstate", self.spec.key)
 
 
-class JobWorker:
+class JobWorker(_Worker):
     """A khjob runs once: phase "" → Running → (the run) → Completed."""
 
     def __init__(self, services: Any, job: Obj, runner: RunnerFactory = Runner) -> None:
-        self.s = services
-        self.spec = CheckSpec.of_job(job)
-        self._runner = runner
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"kh-job-{self.spec.key}", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self.s.notifier.wake()
-
-    def join(self, timeout: float | None = None) -> None:
-        self._thread.join(timeout)
-
-    def is_alive(self) -> bool:
-        return self._thread.is_alive()
+        spec = CheckSpec.of_job(job)
+        super().__init__(services, spec, runner, f"kh-job-{spec.key}")
 
     def _set_phase(self, phase: str) -> None:
         self.s.resources.merge_patch(KHJOBS, self.spec.namespace, self.spec.name, {"spec": {"phase": phase}})
@@ -114,11 +95,12 @@ class JobWorker:
             logger.exception("Job %s crashed", self.spec.key)
 
 
-class Controller:
+class Controller(BackgroundThread):
     """Starts and stops check workers, job workers and leader-only parts."""
 
     def __init__(self, services: Any, leader_parts: Callable[[], list[Any]] = list,
                  runner: RunnerFactory = Runner, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__("kh-controller")
         self.s = services
         self._leader_parts_factory = leader_parts
         self._runner = runner
@@ -131,24 +113,13 @@ class Controller:
         self._parts: list[Any] = []
         self._last_reconcile = -1e18
         self.reconciles = 0
-        self._thread = threading.Thread(target=self._loop, name="kh-controller", daemon=True)
         services.khchecks.add_listener(lambda *_: self._events.put("checks"))
         services.khjobs.add_listener(lambda *_: self._events.put("jobs"))
 
-    # --- lifecycle -----------------------------------------------------------------------------------
-
-    def start(self) -> None:
-        self._thread.start()
-
     def stop(self) -> None:
+        super().stop()
         self._events.put("stop")
         self.lost_leadership()
-
-    def join(self, timeout: float | None = None) -> None:
-        self._thread.join(timeout)
-
-    def is_alive(self) -> bool:
-        return self._thread.is_alive()
 
     # --- leadership (called synchronously by the elector) ------------------------------------------
 
@@ -187,7 +158,7 @@ class Controller:
 
     # --- the loop ------------------------------------------------------------------------------------
 
-    def _loop(self) -> None:
+    def _run(self) -> None:
         dirty = False
         while True:
             timeout = None

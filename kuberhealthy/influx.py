@@ -34,6 +34,7 @@ from influxdb.exceptions import InfluxDBClientError, InfluxDBServerError
 
 from kuberhealthy.config import Config
 from kuberhealthy.errors import ConfigError
+from kuberhealthy.threads import BackgroundThread
 
 logger = logging.getLogger(__name__)
 
@@ -92,7 +93,7 @@ def client_settings(config: Config, timeout: float) -> dict[str, Any]:
     }
 
 
-class InfluxForwarder:
+class InfluxForwarder(BackgroundThread):
     """A bounded queue of runs and one thread that writes them to InfluxDB."""
 
     thread_name = "kh-influx"
@@ -102,6 +103,7 @@ class InfluxForwarder:
                  backoff_first: float = BACKOFF_FIRST, client_factory: Callable[..., Any] = InfluxDBClient,
                  clock: Callable[[], float] = time.monotonic,
                  now_ns: Callable[[], int] = time.time_ns) -> None:
+        super().__init__(self.thread_name)
         self._settings = client_settings(config, client_timeout)
         self._client = client_factory(**self._settings)
         self.database = config.influx_db
@@ -113,16 +115,10 @@ class InfluxForwarder:
         self._max_runs = max(1, queue_runs)
         self._queue: collections.deque[list[Point]] = collections.deque()
         self._cond = threading.Condition()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self.sent = 0  # points written (under _cond)
         self.dropped = 0  # points given up on (under _cond)
         self._dropped_unreported = 0
         self._last_drop_warning: float | None = None
-
-    @property
-    def name(self) -> str:
-        return self.thread_name
 
     # --- the caller's side ---------------------------------------------------------------------------
 
@@ -148,26 +144,16 @@ class InfluxForwarder:
     # --- lifecycle -------------------------------------------------------------------------------------
 
     def start(self) -> None:
-        if self._thread is not None:
-            raise RuntimeError(f"{self.thread_name} was already started; make a new instance")
         s = self._settings
         logger.info("Forwarding check results to InfluxDB %s://%s:%s%s database %s",
                     "https" if s["ssl"] else "http", s["host"], s["port"], s["path"], self.database)
-        self._thread = threading.Thread(target=self._run, name=self.thread_name, daemon=True)
-        self._thread.start()
+        super().start()
 
     def stop(self) -> None:
         """Stop accepting points; the thread flushes the queue (within flush_timeout) and ends."""
         with self._cond:
             self._stop.set()
             self._cond.notify_all()
-
-    def join(self, timeout: float | None = None) -> None:
-        if self._thread is not None:
-            self._thread.join(timeout)
-
-    def is_alive(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
 
     # --- the sender thread ------------------------------------------------------------------------------
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from kuberhealthy.config import LeaderElection
 from kuberhealthy.errors import ApiError, Conflict, NotFound
 from kuberhealthy.kube import LEASES, Obj, Resources
+from kuberhealthy.threads import BackgroundThread
 
 logger = logging.getLogger(__name__)
 
@@ -70,13 +71,14 @@ def micro_time(now: dt.datetime) -> str:
     return now.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-class LeaderElector:
+class LeaderElector(BackgroundThread):
     """One thread contending for the Lease; calls on_started / on_stopped on leadership changes."""
 
     def __init__(self, resources: Resources, namespace: str, identity: str, settings: LeaderElection,
                  on_started: Callable[[], None], on_stopped: Callable[[], None],
                  clock: Callable[[], float] = time.monotonic,
                  wall: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.timezone.utc)) -> None:
+        super().__init__("kh-leader-elector")
         self._res = resources
         self._ns = namespace
         self.identity = identity
@@ -85,8 +87,6 @@ class LeaderElector:
         self._on_stopped = on_stopped
         self._clock = clock
         self._wall = wall
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._leading = False
         self._holder = ""
@@ -103,22 +103,6 @@ class LeaderElector:
     def holder(self) -> str:
         with self._lock:
             return self._holder
-
-    # --- lifecycle ---------------------------------------------------------------------------------
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="kh-leader-elector", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def join(self, timeout: float | None = None) -> None:
-        if self._thread is not None:
-            self._thread.join(timeout)
-
-    def is_alive(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
 
     # --- the loop ----------------------------------------------------------------------------------
 

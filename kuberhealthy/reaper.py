@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
@@ -38,6 +37,7 @@ from typing import TYPE_CHECKING
 from kuberhealthy.config import Config
 from kuberhealthy.errors import ApiError, NotFound
 from kuberhealthy.kube import KHCHECKS, KHJOBS, KHSTATES, PODS, Obj, Resource, key_of
+from kuberhealthy.threads import BackgroundThread
 
 if TYPE_CHECKING:
     from kuberhealthy.services import Services
@@ -183,35 +183,14 @@ def orphan_states(states: Iterable[Obj], check_keys: set[str], job_keys: set[str
 # --- the threads ------------------------------------------------------------------------------------
 
 
-class _Periodic:
+class _Periodic(BackgroundThread):
     """One named thread calling reap_once() every `interval` seconds until stop()."""
 
     thread_name = "kh-reaper"
 
     def __init__(self, interval: float) -> None:
+        super().__init__(self.thread_name)
         self.interval = interval
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    @property
-    def name(self) -> str:
-        return self.thread_name
-
-    def start(self) -> None:
-        if self._thread is not None:
-            raise RuntimeError(f"{self.thread_name} was already started; make a new instance")
-        self._thread = threading.Thread(target=self._run, name=self.thread_name, daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def join(self, timeout: float | None = None) -> None:
-        if self._thread is not None:
-            self._thread.join(timeout)
-
-    def is_alive(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
 
     def _run(self) -> None:
         logger.info("%s: started, every %.1fs", self.thread_name, self.interval)

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 from kuberhealthy.errors import ApiError, Gone, KuberhealthyError
 from kuberhealthy.kube.client import Kube, Obj
 from kuberhealthy.kube.resources import Resource, Resources
+from kuberhealthy.threads import BackgroundThread
 
 logger = logging.getLogger(__name__)
 
@@ -67,13 +68,14 @@ class Notifier:
                 self._cond.wait(remaining)
 
 
-class Reflector:
+class Reflector(BackgroundThread):
     """Keeps `store` equal to the server's objects of one resource (optionally one namespace/selector)."""
 
     def __init__(self, kube: Kube, resource: Resource, *, namespace: str | None = None,
                  label_selector: str | None = None, notifier: Notifier | None = None,
                  indexers: dict[str, Indexer] | None = None, name: str | None = None,
                  watch_seconds: int = WATCH_SECONDS) -> None:
+        super().__init__(name or f"kh-reflector-{resource.plural}")
         self._kube = kube
         self._res = resource
         self._resources = Resources(kube)
@@ -82,15 +84,12 @@ class Reflector:
         self.notifier = notifier or Notifier()
         self._indexers = dict(indexers or {})
         self._watch_seconds = watch_seconds
-        self.name = name or f"kh-reflector-{resource.plural}"
         self._lock = threading.Lock()
         self._store: dict[str, Obj] = {}
         self._indexes: dict[str, dict[str, set[str]]] = {n: {} for n in self._indexers}
         self._listeners: list[Listener] = []
         self._rv: str | None = None
         self._stream: Any = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self.synced = threading.Event()
         self.failed: BaseException | None = None
 
@@ -114,22 +113,11 @@ class Reflector:
 
     # --- lifecycle --------------------------------------------------------------------------------
 
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
-        self._thread.start()
-
     def stop(self) -> None:
-        self._stop.set()
+        super().stop()
         stream = self._stream
         if stream is not None:
-            self._kube.shutdown_stream(stream)
-
-    def join(self, timeout: float | None = None) -> None:
-        if self._thread is not None:
-            self._thread.join(timeout)
-
-    def is_alive(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+            self._kube.shutdown_stream(stream)  # unblock the watch read at once
 
     # --- the loop ----------------------------------------------------------------------------------
 
