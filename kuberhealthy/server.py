@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import threading
 from typing import Any
 
@@ -27,8 +28,25 @@ GRACEFUL_TIMEOUT = 55  # seconds the arbiter waits for the worker before SIGKILL
 HTTP_THREADS = 16
 
 
-def _bind(config: Config) -> str:
-    host = config.listen_host or "0.0.0.0"
+def _dual_stack() -> bool:
+    """Whether this host can listen on IPv6 (and so on IPv4 too, through mapped addresses)."""
+    if not socket.has_ipv6:
+        return False
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+            s.bind(("::", 0))
+        return True
+    except OSError:
+        return False
+
+
+def _bind(config: Config, dual_stack: bool | None = None) -> str:
+    """gunicorn's bind for listenAddress. `:port` listens on every address, IPv6 included where the
+    host has it, as Go's net.Listen(":port") does; callers' IPv4 addresses then arrive IPv4-mapped."""
+    host = config.listen_host
+    if not host:
+        host = "::" if (_dual_stack() if dual_stack is None else dual_stack) else "0.0.0.0"
     if ":" in host:
         host = f"[{host}]"
     return f"{host}:{config.listen_port}"

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 
 from kuberhealthy.kube import KHCHECKS, KHSTATES, LEASES
 from tests.harness.cluster import REPO, TestCluster
@@ -209,3 +210,24 @@ def test_a_second_sigterm_exits_at_once(cluster: TestCluster, namespace: str, re
         wait_for(lambda: "Handling signal: term" in a.log(), 30, what="the first signal handled")
         a.signal(signal.SIGTERM)
         assert a.wait(60) == 1  # the graceful path exits 0; the second signal ends the process at once
+
+
+def test_a_bare_port_serves_ipv4_and_ipv6_callers(cluster: TestCluster, namespace: str, tmp_path: Path) -> None:
+    from kuberhealthy.server import _dual_stack
+    p = DaemonProcess(cluster, tmp_path, "kh-dual", namespace, {"targetNamespace": namespace,
+                                                                "enableForceMaster": True})
+    p.settings["listenAddress"] = f":{p.port}"
+    p.set_reporting_url(p.url + "/externalCheckStatus")
+    p.start()
+
+    def healthy() -> bool:
+        try:
+            return requests.get(f"http://127.0.0.1:{p.port}/healthz", timeout=2).status_code == 200
+        except requests.ConnectionError:
+            return False  # not listening yet
+    try:
+        wait_for(healthy, 60, what="IPv4 healthz")
+        if _dual_stack():
+            assert requests.get(f"http://[::1]:{p.port}/healthz", timeout=5).status_code == 200
+    finally:
+        p.stop()
