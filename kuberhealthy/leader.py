@@ -93,6 +93,9 @@ class LeaderElector(BackgroundThread):
         self._record: Record | None = None
         self._observed_at = clock()
         self._last_renew = 0.0
+        # Each Lease call is bounded by the retry period, so a hung connection cannot keep this replica
+        # believing it leads: it steps down within renewDeadline + 2 x retryPeriod < leaseDuration.
+        self._call_timeout = max(0.5, settings.retry_period)
 
     # --- queries ---------------------------------------------------------------------------------
 
@@ -122,7 +125,7 @@ class LeaderElector(BackgroundThread):
         """Read the Lease, decide, act. Public so tests can step the elector without a thread."""
         name = self._settings.lease_name
         try:
-            lease: Obj | None = self._res.get(LEASES, self._ns, name)
+            lease: Obj | None = self._res.get(LEASES, self._ns, name, timeout=self._call_timeout)
         except NotFound:
             lease = None
         except ApiError as e:
@@ -164,7 +167,7 @@ class LeaderElector(BackgroundThread):
         now = micro_time(self._wall())
         duration = round(self._settings.lease_duration)
         if action is Action.CREATE or lease is None:
-            return self._res.create(LEASES, self._ns, {
+            return self._res.create(LEASES, self._ns, timeout=self._call_timeout, body={
                 "apiVersion": LEASES.api_version, "kind": "Lease",
                 "metadata": {"name": self._settings.lease_name, "namespace": self._ns},
                 "spec": {"holderIdentity": self.identity, "leaseDurationSeconds": duration,
@@ -176,7 +179,7 @@ class LeaderElector(BackgroundThread):
             spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + 1
         spec["renewTime"] = now
         spec["leaseDurationSeconds"] = duration
-        return self._res.replace(LEASES, self._ns, self._settings.lease_name, lease)
+        return self._res.replace(LEASES, self._ns, self._settings.lease_name, lease, timeout=self._call_timeout)
 
     def _renew_failed(self) -> None:
         if self.is_leader() and self._clock() - self._last_renew >= self._settings.renew_deadline:

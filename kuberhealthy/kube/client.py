@@ -96,7 +96,7 @@ class Kube:
     def request(self, method: str, path: str, *, query: Mapping[str, Any] | None = None, body: Any = None,
                 content_type: str | None = None, timeout: float = READ_TIMEOUT) -> Any:
         """One request; returns the decoded JSON body (None when empty). Raises ApiError subclasses."""
-        resp = self._send(method, path, query, body, content_type, (CONNECT_TIMEOUT, timeout))
+        resp = self._send(method, path, query, body, content_type, (min(CONNECT_TIMEOUT, timeout), timeout))
         try:
             data = resp.read()
         except (urllib3.exceptions.HTTPError, OSError) as e:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kuberhealthy.errors import ApiError, Conflict, NotFound
-from kuberhealthy.kube.client import Kube, Obj
+from kuberhealthy.kube.client import READ_TIMEOUT, Kube, Obj
 
 logger = logging.getLogger(__name__)
 
@@ -59,8 +59,8 @@ class Resources:
     def __init__(self, kube: Kube) -> None:
         self.kube = kube
 
-    def get(self, res: Resource, namespace: str, name: str) -> Obj:
-        return dict(self.kube.request("GET", res.path(namespace, name)))
+    def get(self, res: Resource, namespace: str, name: str, timeout: float = READ_TIMEOUT) -> Obj:
+        return dict(self.kube.request("GET", res.path(namespace, name), timeout=timeout))
 
     def list(self, res: Resource, namespace: str | None = None, label_selector: str | None = None,
              field_selector: str | None = None) -> tuple[list[Obj], str]:
@@ -79,12 +79,12 @@ class Resources:
                 return items, str(meta.get("resourceVersion") or "")
             query["continue"] = meta["continue"]
 
-    def create(self, res: Resource, namespace: str, body: Obj) -> Obj:
-        return dict(self.kube.request("POST", res.path(namespace), body=body))
+    def create(self, res: Resource, namespace: str, body: Obj, timeout: float = READ_TIMEOUT) -> Obj:
+        return dict(self.kube.request("POST", res.path(namespace), body=body, timeout=timeout))
 
-    def replace(self, res: Resource, namespace: str, name: str, body: Obj) -> Obj:
+    def replace(self, res: Resource, namespace: str, name: str, body: Obj, timeout: float = READ_TIMEOUT) -> Obj:
         """PUT with the body's resourceVersion: Conflict when someone wrote in between."""
-        return dict(self.kube.request("PUT", res.path(namespace, name), body=body))
+        return dict(self.kube.request("PUT", res.path(namespace, name), body=body, timeout=timeout))
 
     def merge_patch(self, res: Resource, namespace: str, name: str, patch: Obj) -> Obj:
         return dict(self.kube.request("PATCH", res.path(namespace, name), body=patch,
