@@ -89,7 +89,11 @@ class Runtime:
         with self._lock:
             self._stop_services()
             self.config = config
-            self._start_services(config)
+            try:
+                self._start_services(config)
+            except Exception:  # no half-alive daemon: without services the process must stop
+                logger.exception("Could not start on the new config; stopping the process")
+                os.kill(os.getppid(), signal.SIGTERM)
 
     def _stop_services(self) -> None:
         services, self.services = self.services, None

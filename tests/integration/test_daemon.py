@@ -231,3 +231,26 @@ def test_a_bare_port_serves_ipv4_and_ipv6_callers(cluster: TestCluster, namespac
             assert requests.get(f"http://[::1]:{p.port}/healthz", timeout=5).status_code == 200
     finally:
         p.stop()
+
+
+def test_a_changed_config_file_is_applied_without_a_restart_and_a_bad_one_is_ignored(
+        cluster: TestCluster, namespace: str, kubelet: Any, tmp_path: Path) -> None:
+    import yaml
+    cluster.request("POST", KHCHECKS.path(namespace), khcheck("pulse", "kh-sim/ok", "1s"))
+    p = DaemonProcess(cluster, tmp_path, "kh-reload", namespace, {"targetNamespace": namespace,
+                                                                  "enableForceMaster": True})
+    p.set_reporting_url(p.url + "/externalCheckStatus")
+    p.start()
+    try:
+        wait_for(lambda: authoritative(cluster, namespace, "pulse") == "kh-reload", 60, what="a first run")
+        p.config_path.write_text(yaml.safe_dump({**p.settings, "maxCompletedPodCount": 1}))
+        wait_for(lambda: "changed; applying it" in p.log(), 60, what="the reload")
+        uuid_after = cluster.request("GET", KHSTATES.path(namespace, "pulse"))["spec"]["uuid"]
+        wait_for(lambda: cluster.request("GET", KHSTATES.path(namespace, "pulse"))["spec"]["uuid"] != uuid_after,
+                 60, what="runs continue on the new config")
+        p.config_path.write_text("maxCheckPodAge: forever\n")
+        wait_for(lambda: "keeping the running config" in p.log(), 60, what="the bad file to be refused")
+        assert p.proc is not None and p.proc.poll() is None
+        assert requests.get(p.url + "/healthz", timeout=5).status_code == 200
+    finally:
+        p.stop()
