@@ -93,9 +93,10 @@ class LeaderElector(BackgroundThread):
         self._record: Record | None = None
         self._observed_at = clock()
         self._last_renew = 0.0
-        # Each Lease call is bounded by the retry period, so a hung connection cannot keep this replica
-        # believing it leads: it steps down within renewDeadline + 2 x retryPeriod < leaseDuration.
-        self._call_timeout = max(0.5, settings.retry_period)
+        # Each Lease call is bounded by the retry period and, while leading, by half of what is left of
+        # the renew deadline: a hung connection cannot keep this replica leading past renewDeadline
+        # (plus one retryPeriod), which is shorter than leaseDuration.
+        self._call_timeout = settings.retry_period
 
     # --- queries ---------------------------------------------------------------------------------
 
@@ -124,6 +125,15 @@ class LeaderElector(BackgroundThread):
     def try_once(self) -> Action:
         """Read the Lease, decide, act. Public so tests can step the elector without a thread."""
         name = self._settings.lease_name
+        timeout = self._settings.retry_period
+        if self.is_leader():
+            left = self._settings.renew_deadline - (self._clock() - self._last_renew)
+            if left <= 0:
+                logger.warning("Could not renew Lease within %.1fs; stepping down", self._settings.renew_deadline)
+                self._set_leading(False)
+            else:
+                timeout = min(timeout, left / 2)  # the GET and the PUT both fit before the deadline
+        self._call_timeout = max(0.2, timeout)
         try:
             lease: Obj | None = self._res.get(LEASES, self._ns, name, timeout=self._call_timeout)
         except NotFound:

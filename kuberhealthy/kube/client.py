@@ -48,6 +48,9 @@ def load_api_client(kubeconfig: str | None = None) -> Any:
         urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
     # Many threads share one pool: size it for the watches plus concurrent runs and handlers.
     cfg.connection_pool_maxsize = 32
+    # No hidden retries: urllib3's default (3, including read timeouts) would make every timeout 4x
+    # longer than stated. Our callers retry where it is safe (409 loops, reflector backoff, elector).
+    cfg.retries = False
     api = k8s_client.ApiClient(cfg)
     api.user_agent = USER_AGENT  # so audit logs and API server metrics can tell our requests apart
     return api

@@ -324,9 +324,9 @@ def _rules_by_resource(role: dict[str, Any]) -> dict[str, set[str]]:
 
 
 DAEMON_CHECK_RULES = {
-    "comcast.github.io/khchecks": {"get", "list", "watch", "update", "patch"},
-    "comcast.github.io/khjobs": {"get", "list", "watch", "update", "patch"},
-    "comcast.github.io/khstates": {"get", "list", "watch", "create", "update", "patch", "delete"},
+    "comcast.github.io/khchecks": {"get", "list", "watch"},
+    "comcast.github.io/khjobs": {"get", "list", "watch", "patch", "delete"},
+    "comcast.github.io/khstates": {"get", "list", "watch", "create", "update", "delete"},
     "/pods": {"get", "list", "watch", "create", "delete"},
     "/pods/eviction": {"create"},
 }
@@ -577,6 +577,7 @@ def test_the_service_account_can_list_and_watch_khchecks_and_khjobs_in_every_nam
     assert api("GET", f"{GROUP_PATH}/khjobs")[0] == 200
     assert api.can("watch", "khjobs", "comcast.github.io")
     assert api.can("patch", "khjobs", "comcast.github.io", installed.other)
+    assert api.can("delete", "khjobs", "comcast.github.io", installed.other)  # the reaper removes completed jobs
 
 
 def test_the_service_account_can_create_update_and_delete_khstates(installed: Installed, cluster: TestCluster) -> None:
@@ -659,7 +660,10 @@ def test_the_service_account_cannot_read_secrets_delete_khchecks_or_create_deplo
     ("list", "nodes", "", ""),
     ("create", "khchecks", "comcast.github.io", ""),
     ("delete", "khchecks", "comcast.github.io", ""),
-    ("delete", "khjobs", "comcast.github.io", ""),
+    ("update", "khchecks", "comcast.github.io", ""),
+    ("patch", "khchecks", "comcast.github.io", ""),
+    ("update", "khjobs", "comcast.github.io", ""),
+    ("patch", "khstates", "comcast.github.io", ""),
     ("deletecollection", "khstates", "comcast.github.io", ""),
     ("create", "deployments", "apps", ""),
     ("create", "serviceaccounts", "", "token"),

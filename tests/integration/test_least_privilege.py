@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kuberhealthy.kube import KHCHECKS, KHSTATES, LEASES
+from kuberhealthy.kube import KHCHECKS, KHJOBS, KHSTATES, LEASES
 from tests.harness.cluster import TestCluster
 from tests.harness.daemon import InProcessDaemon
 from tests.harness.helm import CHART, Helm
@@ -39,6 +39,11 @@ def test_the_daemon_elects_itself_and_runs_a_check_with_only_the_chart_s_permiss
             return spec if spec.get("RunDuration") else None
         spec = wait_for(reported, 60, what="a recorded run")
         assert spec["OK"] is False and spec["Errors"] == ["as expected"] and spec["Node"]
+        cluster.request("POST", KHJOBS.path(namespace), {
+            "apiVersion": "comcast.github.io/v1", "kind": "KuberhealthyJob", "metadata": {"name": "rbac-job"},
+            "spec": {"timeout": "30s", "podSpec": {"containers": [{"name": "main", "image": "kh-sim/ok"}]}}})
+        wait_for(lambda: cluster.request("GET", KHJOBS.path(namespace, "rbac-job"))["spec"].get("phase")
+                 == "Completed", 60, what="the khjob completed under the chart's RBAC")
     finally:
         daemon.stop()
     lease = cluster.request("GET", LEASES.path(namespace, "kuberhealthy"))

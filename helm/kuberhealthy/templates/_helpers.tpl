@@ -145,14 +145,18 @@ env:
 {{- end -}}
 {{- end -}}
 
-{{/* What the daemon does with check resources and checker pods (see rbac.yaml). */}}
+{{/* Exactly the calls the daemon makes (see rbac.yaml): it reads khchecks, moves khjobs through their
+     phases (merge patch) and reaps completed ones, writes khstates with create/PUT and reaps orphans. */}}
 {{- define "kuberhealthy.checkRules" -}}
 - apiGroups: [comcast.github.io]
-  resources: [khchecks, khjobs]
-  verbs: [get, list, watch, update, patch]
+  resources: [khchecks]
+  verbs: [get, list, watch]
+- apiGroups: [comcast.github.io]
+  resources: [khjobs]
+  verbs: [get, list, watch, patch, delete]
 - apiGroups: [comcast.github.io]
   resources: [khstates]
-  verbs: [get, list, watch, create, update, patch, delete]
+  verbs: [get, list, watch, create, update, delete]
 - apiGroups: [""]
   resources: [pods]
   verbs: [get, list, watch, create, delete]
