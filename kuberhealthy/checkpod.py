@@ -26,11 +26,14 @@ def pod_name(check_name: str, unix_seconds: int) -> str:
 
 
 def build_pod(check: CheckSpec, run_uuid: str, unix_now: float, reporting_url: str,
-              owner: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The pod body to create for this run. `owner` is an ownerReference (the controller's pod) or None."""
+              owner: dict[str, Any] | None = None, deadline_unix: float | None = None) -> dict[str, Any]:
+    """The pod body to create for this run. `owner` is an ownerReference (the controller's pod) or None.
+
+    `deadline_unix` is when the run must be over (run start + timeout); by default unix_now + timeout.
+    """
     spec = copy.deepcopy(check.pod_spec)
     spec["restartPolicy"] = "Never"
-    deadline = int(unix_now + check.timeout)
+    deadline = int(deadline_unix if deadline_unix is not None else unix_now + check.timeout)
     injected = [
         {"name": KH_REPORTING_URL, "value": reporting_url},
         {"name": KH_RUN_UUID, "value": run_uuid},

@@ -23,7 +23,7 @@ from kuberhealthy import khstate
 from kuberhealthy.checkpod import RUN_ID_LABEL, build_pod, pod_name
 from kuberhealthy.checks import CheckSpec, validate_pod_spec
 from kuberhealthy.durations import format_duration
-from kuberhealthy.errors import ApiError, Conflict
+from kuberhealthy.errors import ApiError, Conflict, NotFound
 from kuberhealthy.kube import KHSTATES, PODS, Obj
 
 logger = logging.getLogger(__name__)
@@ -109,6 +109,9 @@ class Runner:
         self._phase_started = clock()
         self.phase_seconds: dict[str, float] = {}
         self.pod: Obj | None = None
+        self._wall_start = wall()
+        self._last_run: str | None = None  # the khstate's LastRun when the run claimed it
+        self._written: Obj | None = None  # the khstate as this run last wrote it
         self.log = logging.LoggerAdapter(logger, {"check": check.key, "run": self.run_uuid})
 
     @property
@@ -137,30 +140,46 @@ class Runner:
             raise _Stopped()
         return value
 
+    def _is_report(self, obj: Obj | None) -> bool:
+        """The khstate shows this run's report: our handler's stamp, or (any writer) LastRun advanced
+        while the khstate still names this run."""
+        if obj is None:
+            return False
+        if khstate.reported_uuid(obj) == self.run_uuid:
+            return True
+        spec = khstate.Spec.of(obj)
+        return spec.uuid == self.run_uuid and spec.last_run is not None and spec.last_run > (self._last_run or "")
+
     def _reported(self) -> bool:
-        return khstate.reported_uuid(self.s.khstates.get(self.check.namespace, self.check.name)) == self.run_uuid
+        return self._is_report(self.s.khstates.get(self.check.namespace, self.check.name))
 
     def _reported_confirmed(self) -> bool:
-        """The cache may lag the pod watch: confirm with one read before deciding it never reported."""
+        """The khstate cache may lag: confirm with one read before deciding the pod never reported."""
         if self._reported():
             return True
         try:
-            obj = self.s.resources.get(KHSTATES, self.check.namespace, self.check.name)
+            return self._is_report(self.s.resources.get(KHSTATES, self.check.namespace, self.check.name))
         except ApiError:
             return False
-        return khstate.reported_uuid(obj) == self.run_uuid
 
     def _evict_run_pods(self) -> None:
-        for pod in self._pods_of_run():
-            if _live(pod):
-                meta = pod["metadata"]
-                how = self.s.resources.evict_pod(meta["namespace"], meta["name"])
-                self.log.info("Removed checker pod %s (%s)", meta["name"], how)
+        """Remove this run's live pods: those in the cache, and the one we created (the cache may not
+        have seen it yet). An API error here is logged; the reaper or the next run's CLEAR retries."""
+        names = {p["metadata"]["name"] for p in self._pods_of_run() if _live(p)}
+        if self.pod is not None and _live(self.pod):
+            names.add(str(self.pod["metadata"]["name"]))
+        for name in sorted(names):
+            try:
+                how = self.s.resources.evict_pod(self.check.namespace, name)
+                self.log.info("Removed checker pod %s (%s)", name, how)
+            except ApiError as e:
+                self.log.warning("Could not remove checker pod %s: %s", name, e)
 
     # --- the run -----------------------------------------------------------------------------------
 
     def run(self) -> RunResult:
         start = self.clock()
+        self._wall_start = self.wall()
         deadline = start + self.check.timeout
         try:
             self._run(deadline)
@@ -179,8 +198,9 @@ class Runner:
         duration = self.clock() - start
         node = str(((self.pod or {}).get("spec") or {}).get("nodeName") or "")
         if outcome is Outcome.FAILED:
-            khstate.record_error(self.s.resources, self.check.namespace, self.check.name, errors,
-                                 self.s.config.pod_name, format_duration(duration), node, self.check.workload)
+            self._written = khstate.record_error(
+                self.s.resources, self.check.namespace, self.check.name, errors, self.s.config.pod_name,
+                format_duration(duration), node, self.check.workload)
         result = RunResult(outcome, self.run_uuid, self.phase, errors, duration,
                            str(((self.pod or {}).get("metadata") or {}).get("name") or ""), node,
                            dict(self.phase_seconds))
@@ -193,8 +213,9 @@ class Runner:
         ns, name = self.check.namespace, self.check.name
         # CLAIM: only this run's UUID may report from now on.
         self.phase = Phase.CLAIM
-        khstate.claim_run(self.s.resources, ns, name, self.run_uuid, self.s.config.pod_name, self.check.workload,
-                          hint=self.s.khstates.get(ns, name))
+        claimed = khstate.claim_run(self.s.resources, ns, name, self.run_uuid, self.s.config.pod_name,
+                                    self.check.workload, hint=self.s.khstates.get(ns, name))
+        self._last_run = khstate.Spec.of(claimed).last_run
         self.log.info("Run started (timeout %s)", format_duration(self.check.timeout))
 
         self.phase = Phase.VALIDATE
@@ -212,7 +233,10 @@ class Runner:
         stale = earlier_live()
         for pod in stale:
             self.log.info("Removing earlier checker pod %s", pod["metadata"]["name"])
-            self.s.resources.evict_pod(ns, pod["metadata"]["name"])
+            try:
+                self.s.resources.evict_pod(ns, pod["metadata"]["name"])
+            except ApiError as e:  # the wait below decides; it fails the run if the pod stays
+                self.log.warning("Could not remove earlier checker pod %s: %s", pod["metadata"]["name"], e)
         if stale and not self._wait(lambda: not earlier_live(), deadline):
             raise _Failed(ERR_CLEANUP)
 
@@ -222,7 +246,7 @@ class Runner:
             if self.stop.wait(max(0.01, 1.0 - (self.wall() % 1.0))):
                 raise _Stopped()
         body = build_pod(self.check, self.run_uuid, self.wall(), self.s.config.external_check_reporting_url,
-                         self.s.owner_reference(ns))
+                         self.s.owner_reference(ns), deadline_unix=self._wall_start + self.check.timeout)
         try:
             self.pod = self.s.resources.create(PODS, ns, body)
         except Conflict as e:
@@ -267,13 +291,15 @@ class Runner:
             self.pod = pod
             return "ended" if not _live(pod) else None
         state2 = self._wait(reported_or_ended, deadline)
-        if state2 is None:
-            raise _Failed(ERR_REPORT)
-        if state2 in ("gone", "ended") and not self._reported_confirmed():
+        if state2 != "reported" and not self._reported_confirmed():
             if state2 == "gone":
                 raise _Skipped()
-            raise _Failed(f"checker pod exited ({(self.pod or {}).get('status', {}).get('phase')}) "
-                          "without reporting in")
+            if state2 == "ended":
+                # Fail now rather than at the deadline, with v2's reason (alerts match on it).
+                status = (self.pod or {}).get("status") or {}
+                self.log.warning("Checker pod %s ended (%s) without reporting in",
+                                 (self.pod or {}).get("metadata", {}).get("name"), status.get("phase"))
+            raise _Failed(ERR_REPORT)
         self.log.info("Checker pod reported")
 
         # EXIT: the pod finishes (or is gone).
@@ -292,24 +318,31 @@ class Runner:
         self.phase = Phase.RECORD
         node = str(((self.pod or {}).get("spec") or {}).get("nodeName") or "")
         duration = format_duration(self.clock() - (deadline - self.check.timeout))
-        khstate.record_result(self.s.resources, ns, name, self.run_uuid, duration, node, self.s.config.pod_name,
-                              hint=self.s.khstates.get(ns, name))
+        self._written = khstate.record_result(self.s.resources, ns, name, self.run_uuid, duration, node,
+                                              self.s.config.pod_name, hint=self.s.khstates.get(ns, name))
         self.phase = Phase.DONE
         self.log.info("Run done in %s on node %s", duration, node or "?")
 
     def _wait_pod_seen(self, predicate: Callable[[], Any], deadline: float) -> Any:
         """Like _wait, but a pod the cache has not seen yet is not yet 'gone'."""
-        seen = self._wait(lambda: self._my_pod() is not None or None, min(deadline, self.clock() + 30.0))
-        if seen is None and self._my_pod() is None:
-            # Not even created in the cache within 30 s (or the deadline): treat as never running.
-            return None if self.clock() >= deadline else ("gone", None)
+        seen = self._wait(lambda: self._my_pod() is not None or None, deadline)
+        if seen is None:
+            # Never seen by the deadline: deleted by someone before the watch caught it (skip the run),
+            # or the watch is behind (a start timeout). One read tells which.
+            try:
+                self.s.resources.get(PODS, self.check.namespace, str((self.pod or {})["metadata"]["name"]))
+            except NotFound:
+                return ("gone", None)
+            except ApiError:
+                pass
+            return None
         return self._wait(predicate, deadline)
 
     def _forward(self, result: RunResult) -> None:
         influx = getattr(self.s, "influx", None)
         if influx is None:
             return
-        spec = khstate.Spec.of(self.s.khstates.get(self.check.namespace, self.check.name) or {})
+        spec = khstate.Spec.of(self._written or {})  # what this run wrote, not a possibly lagging cache
         ok = spec.ok if result.outcome is Outcome.REPORTED else False
         errors = list(spec.errors) if result.outcome is Outcome.REPORTED else result.errors
         influx.push(self.check.namespace, self.check.name, ok, errors, result.duration)

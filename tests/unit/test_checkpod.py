@@ -62,3 +62,9 @@ def test_pod_specs_without_containers_or_images_are_refused() -> None:
     assert validate_pod_spec({"containers": []}) == "podSpec has no containers"
     assert "has no image" in str(validate_pod_spec({"containers": [{"name": "c", "image": " "}]}))
     assert validate_pod_spec({"containers": [{"name": "c", "image": "x"}]}) is None
+
+
+def test_the_run_deadline_counts_from_the_run_start_when_given() -> None:
+    pod = build_pod(check(), "u-1", 1000.0, "http://kh/externalCheckStatus", deadline_unix=1050.0)
+    assert pod_env_value(pod, "KH_CHECK_RUN_DEADLINE") == "1050"
+    assert pod["metadata"]["name"] == "dns-check-1000"
