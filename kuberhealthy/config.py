@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+from urllib.parse import urlsplit
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -198,8 +199,16 @@ def from_mapping(raw: Mapping[str, Any], environ: Mapping[str, str] | None = Non
 
     enable_influx = _bool(raw, "enableInflux", False)
     influx_url = _str(raw, "influxURL", "")
-    if enable_influx and not influx_url.startswith(("http://", "https://")):
-        raise ConfigError("influxURL", f"enableInflux is true but influxURL is not an http(s) URL: {influx_url!r}")
+    if enable_influx:
+        try:
+            parts = urlsplit(influx_url)
+            parts.port  # noqa: B018 - raises ValueError for a bad port
+        except ValueError:
+            raise ConfigError("influxURL", f"invalid URL {influx_url!r}") from None
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ConfigError("influxURL", f"enableInflux is true but influxURL is not an http(s) URL: {influx_url!r}")
+        if not _str(raw, "influxDB", "").strip():
+            raise ConfigError("influxDB", "enableInflux is true but no database is named")
 
     return Config(
         listen_host=host,

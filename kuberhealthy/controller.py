@@ -1,8 +1,9 @@
 """The control loop: which checks run, not how.
 
-Events arrive on a queue: khcheck changes (from the khcheck cache), khjob changes, stop.
-Leadership changes arrive as calls from the elector and are handled synchronously, so that on
-losing the lead every worker has stopped (and removed its pod) before the elector lets the Lease go.
+Events arrive on a queue: khcheck changes (from the khcheck cache), khjob changes, leadership, stop.
+Becoming leader is queued (the elector thread must go on renewing while checks start); losing the
+lead is handled synchronously on the elector's call, so every worker has stopped (and removed its
+pod) before the elector lets the Lease go.
 
 Khcheck changes are debounced: reconciliations are at least `checkChangeDebounce` apart. A
 reconciliation is per check: new checks start, deleted ones stop, and only checks whose runInterval,
@@ -60,7 +61,8 @@ class CheckWorker(_Worker):
                 self._runner(self.s, self.spec, self._stop).run()
             except Exception as e:  # the run could not even record its failure: log, keep the schedule
                 logger.exception("Check %s: run crashed", self.spec.key)
-                self._record_crash(e)
+                if not self._stop.is_set():
+                    self._record_crash(e)
             self.runs += 1
             next_due = max(started + self.spec.run_interval, self._clock())
 
@@ -69,8 +71,8 @@ class CheckWorker(_Worker):
             khstate.record_error(self.s.resources, self.spec.namespace, self.spec.name,
                                  [f"Check execution error: {self.spec.key}: {e}"], self.s.config.pod_name,
                                  workload=self.spec.workload)
-        except ApiError:
-            logger.warning("Check %s: could not record the crash in its khstate", self.spec.key)
+        except Exception:  # this worker must outlive whatever went wrong; the next run tries again
+            logger.exception("Check %s: could not record the crash in its khstate", self.spec.key)
 
 
 class JobWorker(_Worker):
@@ -108,6 +110,7 @@ class Controller(BackgroundThread):
         self._events: queue.Queue[str] = queue.Queue()
         self._lock = threading.RLock()
         self._leading = False
+        self._want_lead = False  # the elector says we lead; the loop acts on it
         self.workers: dict[str, CheckWorker] = {}
         self.jobs: dict[str, JobWorker] = {}
         self._parts: list[Any] = []
@@ -124,12 +127,19 @@ class Controller(BackgroundThread):
     # --- leadership (called synchronously by the elector) ------------------------------------------
 
     def became_leader(self) -> None:
+        """Called by the elector; the controller thread starts the checks."""
+        if self._stop.is_set():
+            return
+        self._want_lead = True
+        self._events.put("lead")
+
+    def _start_leading(self) -> None:
+        self.s.wait_synced(30.0)  # outside the lock: a step-down must never wait for this
         with self._lock:
-            if self._leading:
+            if self._leading or not self._want_lead or self._stop.is_set():
                 return
             self._leading = True
             logger.info("Leading: starting checks")
-            self.s.wait_synced(30.0)
             self._parts = self._leader_parts_factory()
             for part in self._parts:
                 part.start()
@@ -138,6 +148,7 @@ class Controller(BackgroundThread):
 
     def lost_leadership(self, timeout: float = 30.0) -> None:
         """Stop every worker and leader-only part, and wait for them (their pods are removed)."""
+        self._want_lead = False
         with self._lock:
             if not self._leading:
                 return
@@ -171,7 +182,9 @@ class Controller(BackgroundThread):
             try:
                 if event == "stop":
                     return
-                if event == "checks":
+                if event == "lead":
+                    self._start_leading()
+                elif event == "checks":
                     dirty = True
                 elif event == "jobs":
                     with self._lock:

@@ -64,33 +64,40 @@ class Runtime:
 
     def start(self) -> None:
         from kuberhealthy.configwatch import ConfigWatcher
-        self._start_services(self.config)
+        self._start_services(self.config, swap_after_sync=False)
         path = self.app.config_path or DEFAULT_CONFIG_PATH
         if os.path.exists(path):
             self.watcher = ConfigWatcher(path, self.config, self.reload)
             self.watcher.start()
 
-    def _start_services(self, config: Config) -> None:
+    def _start_services(self, config: Config, swap_after_sync: bool) -> None:
+        """Build and start services. At start-up the web app serves at once (/readyz tells when caches
+        are synced); on a reload the previous app keeps answering until the new caches are synced."""
         from kuberhealthy.kube import Kube
         from kuberhealthy.services import build
         services = build(config, Kube.connect(self.app.kubeconfig))
+        services.on_fatal = self._fatal
         self.services = services
-        self.app.flask_holder.init(services)
+        if not swap_after_sync:
+            self.app.flask_holder.init(services)
         services.start()
+        if swap_after_sync:
+            services.wait_synced(30.0)
+            self.app.flask_holder.init(services)
 
-        def watch_fatal() -> None:
-            if services.fatal.wait():
-                logger.error("A core thread died; stopping the process")
-                os.kill(os.getppid(), signal.SIGTERM)
-        threading.Thread(target=watch_fatal, name="kh-fatal-watch", daemon=True).start()
+    @staticmethod
+    def _fatal() -> None:
+        logger.error("A core thread died; stopping the process")
+        os.kill(os.getppid(), signal.SIGTERM)
 
     def reload(self, config: Config) -> None:
         """Stop the running services (checks stop, Lease released) and start them on the new config."""
         with self._lock:
+            logging.getLogger().setLevel(config.log_level.upper())
             self._stop_services()
             self.config = config
             try:
-                self._start_services(config)
+                self._start_services(config, swap_after_sync=True)
             except Exception:  # no half-alive daemon: without services the process must stop
                 logger.exception("Could not start on the new config; stopping the process")
                 os.kill(os.getppid(), signal.SIGTERM)
@@ -102,10 +109,13 @@ class Runtime:
             services.kube.close()
 
     def stop(self) -> None:
+        """Idempotent: the worker's SIGTERM handler and worker_exit both call it."""
         if self.watcher is not None:
             self.watcher.stop()
             self.watcher.join(5)
         with self._lock:
+            if self.services is None:
+                return
             logger.info("Stopping services")
             self._stop_services()
             logger.info("Services stopped")
@@ -115,10 +125,25 @@ _runtime: Runtime | None = None
 
 
 def _post_worker_init(worker: Any) -> None:
-    """In the worker, after the fork: build and start the daemon."""
+    """In the worker, after the fork: build and start the daemon, and order its shutdown.
+
+    gunicorn's worker stops serving as soon as it gets SIGTERM. The contract's order is the other way
+    round (runs stopped, pods removed, Lease released, Influx flushed, then the web server), so the
+    worker's SIGTERM handler first stops the services on a thread, then lets gunicorn wind down.
+    """
     global _runtime
-    _runtime = Runtime(worker.app)
-    _runtime.start()
+    runtime = _runtime = Runtime(worker.app)
+    runtime.start()
+    gunicorn_exit = worker.handle_exit
+
+    def handle_exit(sig: int, frame: Any) -> None:
+        def stop_then_exit() -> None:
+            try:
+                runtime.stop()
+            finally:
+                gunicorn_exit(sig, frame)
+        threading.Thread(target=stop_then_exit, name="kh-shutdown", daemon=True).start()
+    signal.signal(signal.SIGTERM, handle_exit)
 
 
 def _worker_exit(server: Any, worker: Any) -> None:
@@ -141,7 +166,7 @@ def _when_ready(server: Any) -> None:
                     pass
             os._exit(1)
         first[0] = True
-        gunicorn_handler(sig, frame)
+        gunicorn_handler(signal.SIGTERM, frame)  # SIGINT stops gracefully too (gunicorn's would not)
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, handler)
 

@@ -64,6 +64,7 @@ class Services:
                               name="kh-reflector-pods")
         self.reflectors = [self.khchecks, self.khstates, self.khjobs, self.pods]
         self.fatal = threading.Event()  # set when a part died unexpectedly: the process must stop
+        self.on_fatal: Callable[[], None] | None = None  # called once when that happens
         self.influx: Any = None  # an InfluxForwarder when enableInflux is on
         self._owner_lock = threading.Lock()
         self._owner: tuple[bool, Obj | None] = (False, None)  # (looked up yet, ownerReference)
@@ -142,6 +143,8 @@ class Services:
             if dead:
                 logger.error("Core thread(s) died: %s; stopping", ", ".join(map(str, dead)))
                 self.fatal.set()
+                if self.on_fatal is not None:
+                    self.on_fatal()
                 return
 
     def stop(self, timeout: float = 50.0) -> None:

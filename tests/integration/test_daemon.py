@@ -37,6 +37,15 @@ def lease_holder(cluster: TestCluster, ns: str) -> str:
         return ""
 
 
+def completed_by(cluster: TestCluster, ns: str, name: str) -> str:
+    """Who recorded the last completed run (RunDuration is written at its end), or ""."""
+    try:
+        spec = cluster.request("GET", KHSTATES.path(ns, name))["spec"]
+    except Exception:  # noqa: BLE001
+        return ""
+    return str(spec.get("AuthoritativePod") or "") if spec.get("RunDuration") else ""
+
+
 def authoritative(cluster: TestCluster, ns: str, name: str) -> str:
     try:
         return str(cluster.request("GET", KHSTATES.path(ns, name))["spec"].get("AuthoritativePod") or "")
@@ -205,7 +214,7 @@ def test_a_second_sigterm_exits_at_once(cluster: TestCluster, namespace: str, re
         a.settings.update(enableInflux=True, influxURL=f"http://127.0.0.1:{silent.getsockname()[1]}", influxDB="kh")
         a.set_reporting_url(a.url + "/externalCheckStatus")
         a.start()
-        wait_for(lambda: authoritative(cluster, namespace, "pulse") == "kh-a", 60, what="a recorded run")
+        wait_for(lambda: completed_by(cluster, namespace, "pulse") == "kh-a", 60, what="a completed run")
         a.signal(signal.SIGTERM)
         wait_for(lambda: "Handling signal: term" in a.log(), 30, what="the first signal handled")
         a.signal(signal.SIGTERM)
@@ -254,3 +263,23 @@ def test_a_changed_config_file_is_applied_without_a_restart_and_a_bad_one_is_ign
         assert requests.get(p.url + "/healthz", timeout=5).status_code == 200
     finally:
         p.stop()
+
+
+def test_the_web_server_keeps_answering_until_the_checks_have_stopped(
+        cluster: TestCluster, namespace: str, replicas: Any) -> None:
+    # A silent InfluxDB makes the stop take seconds (the flush blocks): the status page and report
+    # endpoint must stay up through it, and only then the process exits (contract section 9's order).
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        cluster.request("POST", KHCHECKS.path(namespace), khcheck("pulse", "kh-sim/ok", "1h"))
+        a = replicas("kh-a", None)
+        a.settings.update(enableInflux=True, influxURL=f"http://127.0.0.1:{silent.getsockname()[1]}", influxDB="kh")
+        a.set_reporting_url(a.url + "/externalCheckStatus")
+        a.start()
+        wait_for(lambda: completed_by(cluster, namespace, "pulse") == "kh-a", 60, what="a completed run")
+        a.signal(signal.SIGTERM)
+        wait_for(lambda: "Stopping services" in a.log(), 30, what="the stop to begin")
+        assert requests.get(a.url + "/healthz", timeout=5).status_code == 200
+        assert requests.get(a.url + "/", timeout=5).status_code == 200
+        assert a.wait(90) == 0

@@ -65,7 +65,9 @@ def test_the_reaper_interval_env_var_is_accepted() -> None:
     ({"leaderElection": {"leaseDuration": "5s"}}, "leaderElection.leaseDuration"),
     ({"leaderElection": {"retryPeriod": "x"}}, "leaderElection.retryPeriod"),
     ({"promMetricsConfig": {"errorLabelMaxLength": "long"}}, "promMetricsConfig.errorLabelMaxLength"),
-    ({"enableInflux": True, "influxURL": "nowhere"}, "influxURL"),
+    ({"enableInflux": True, "influxURL": "nowhere", "influxDB": "kh"}, "influxURL"),
+    ({"enableInflux": True, "influxURL": "http://influx:99999", "influxDB": "kh"}, "influxURL"),
+    ({"enableInflux": True, "influxURL": "http://influx:8086"}, "influxDB"),
     ({"checkReaperRunInterval": "0s"}, "checkReaperRunInterval"),
 ])
 def test_a_bad_value_is_an_error_that_names_its_key(raw: dict, key: str) -> None:
