@@ -9,10 +9,10 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from urllib.parse import urlsplit
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 
