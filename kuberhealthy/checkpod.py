@@ -40,7 +40,9 @@ def build_pod(check: CheckSpec, run_uuid: str, unix_now: float, reporting_url: s
         {"name": KH_CHECK_RUN_DEADLINE, "value": str(deadline)},
         {"name": KH_POD_NAMESPACE, "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}},
     ]
-    for container in spec.get("containers") or []:
+    # Every container, init containers included (v2 did only `containers`; an init container that
+    # reports, or waits for its deadline, needs them just the same).
+    for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
         env = [e for e in container.get("env") or [] if e.get("name") not in INJECTED_ENV]
         container["env"] = env + copy.deepcopy(injected)
     labels = dict(check.extra_labels)

@@ -120,7 +120,8 @@ def _duration(raw: Mapping[str, Any], key: str, default: float, prefix: str = ""
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         raise ConfigError(source, f"expected a duration such as 90s or 1m30s, got {value!r}")
     try:
-        seconds = float(value) if isinstance(value, (int, float)) else parse_duration(value)
+        # A bare number is not a Go duration (ParseDuration("10") fails: missing unit); only 0 is.
+        seconds = parse_duration(str(value))
     except ValueError:
         raise ConfigError(source, f"invalid duration {value!r} (use Go syntax: 500ms, 90s, 1m30s, 1h)") from None
     if positive and seconds <= 0:

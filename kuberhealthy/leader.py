@@ -225,32 +225,52 @@ class LeaderElector(BackgroundThread):
             logger.warning("Could not release Lease %s/%s: %s", self._ns, name, e)
 
 
-class ForcedLeader:
-    """enableForceMaster: always the leader, no Lease. It has no thread, so it never 'dies'."""
+class ForcedLeader(BackgroundThread):
+    """enableForceMaster: always the leader, and it never writes the Lease.
 
-    def __init__(self, identity: str, on_started: Callable[[], None], on_stopped: Callable[[], None]) -> None:
+    CurrentMaster is still "the Lease holder" (as v2 computed it independently of force-master): this
+    part reads the Lease every retryPeriod and reports its holder, or itself when nobody holds one.
+    """
+
+    def __init__(self, resources: Resources, namespace: str, identity: str, settings: LeaderElection,
+                 on_started: Callable[[], None], on_stopped: Callable[[], None]) -> None:
+        super().__init__("kh-forced-leader")
+        self._res = resources
+        self._ns = namespace
         self.identity = identity
+        self._settings = settings
         self._on_started = on_started
         self._on_stopped = on_stopped
         self._leading = False
+        self._observed = ""
 
     def is_leader(self) -> bool:
         return self._leading
 
     def holder(self) -> str:
-        return self.identity
+        return self._observed or self.identity
 
     def start(self) -> None:
         self._leading = True
         self._on_started()
+        super().start()
 
     def stop(self) -> None:
+        super().stop()
         if self._leading:
             self._leading = False
             self._on_stopped()
 
-    def join(self, timeout: float | None = None) -> None:
-        return None
+    def observe(self) -> None:
+        try:
+            lease = self._res.get(LEASES, self._ns, self._settings.lease_name, timeout=self._settings.retry_period)
+            self._observed = Record.of(lease).holder
+        except NotFound:
+            self._observed = ""
+        except ApiError as e:
+            logger.debug("Cannot read Lease %s/%s: %s", self._ns, self._settings.lease_name, e)
 
-    def is_alive(self) -> bool:
-        return True
+    def _run(self) -> None:
+        self.observe()
+        while not self._stop.wait(self._settings.retry_period):
+            self.observe()

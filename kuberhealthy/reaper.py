@@ -11,8 +11,9 @@ reaper confirms every candidate with a GET of the khcheck and the khjob first: a
 behind a just-created check must never cost that check its state.
 
 Semantics follow Kuberhealthy v2.7.1's reaper, with these deliberate differences:
-  * maxCheckPodAge is floored at 30s and maxKHJobAge at 5m, as in v2. A pod that finished less than 30s
-    ago is never deleted (v2 reached the same result by not counting such pods at all).
+  * maxCheckPodAge and maxKHJobAge are honoured as configured (the contract: "older than this are
+    deleted"); v2 silently raised them to at least 30s and 5m. Only the count-based clean-up keeps
+    a pod that finished less than 30s ago, since its run may still be reading it.
   * The keep-counts apply per check (namespace + `kuberhealthy-check-name` label) and per phase:
     the newest maxCompletedPodCount Succeeded and the newest maxErrorPodCount Failed pods are kept,
     newest by creation time. v2 only applied either count once a check had more than
@@ -45,8 +46,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 CHECK_NAME_LABEL = "kuberhealthy-check-name"
-MIN_CHECK_POD_AGE = 30.0  # seconds: a finished pod is kept at least this long (as v2)
-MIN_KHJOB_AGE = 300.0  # seconds: a completed khjob is kept at least this long (as v2)
+MIN_CHECK_POD_AGE = 30.0  # seconds: the count-based clean-up leaves a just-finished pod this long
 FINISHED_PHASES = ("Succeeded", "Failed")
 
 
@@ -71,7 +71,7 @@ class Doomed:
 
 @dataclass(frozen=True)
 class Limits:
-    """The reaper's effective limits (seconds, counts), with v2's floors applied."""
+    """The reaper's limits (seconds, counts), as configured."""
 
     max_completed_pods: int = 4
     max_error_pods: int = 4
@@ -82,8 +82,8 @@ class Limits:
     def from_config(cls, config: Config) -> Limits:
         return cls(max_completed_pods=config.max_completed_pod_count,
                    max_error_pods=config.max_error_pod_count,
-                   max_pod_age=max(config.max_check_pod_age, MIN_CHECK_POD_AGE),
-                   max_khjob_age=max(config.max_khjob_age, MIN_KHJOB_AGE))
+                   max_pod_age=config.max_check_pod_age,
+                   max_khjob_age=config.max_khjob_age)
 
 
 def parse_time(value: object) -> float | None:
@@ -147,12 +147,10 @@ def pods_to_reap(pods: Iterable[Obj], now: float, limits: Limits) -> list[Doomed
             if finished is None:
                 continue
             age = now - finished
-            if age < MIN_CHECK_POD_AGE:
-                continue
             if age > limits.max_pod_age:
                 doomed.append(Doomed.of(pod, f"{phase} {age:.0f}s ago, older than maxCheckPodAge "
                                              f"({limits.max_pod_age:.0f}s)"))
-            elif rank >= keep:
+            elif rank >= keep and age >= MIN_CHECK_POD_AGE:
                 doomed.append(Doomed.of(pod, f"{phase}, beyond the newest {keep} ({setting})"))
     return doomed
 

@@ -187,7 +187,8 @@ def build(config: Config, kube: Kube) -> Services:
     services.controller = controller
     elector: Any
     if config.enable_force_master:
-        elector = ForcedLeader(config.pod_name, controller.became_leader, controller.lost_leadership)
+        elector = ForcedLeader(services.resources, config.pod_namespace, config.pod_name, config.leader_election,
+                               controller.became_leader, controller.lost_leadership)
     else:
         elector = LeaderElector(services.resources, config.pod_namespace, config.pod_name, config.leader_election,
                                 controller.became_leader, controller.lost_leadership)

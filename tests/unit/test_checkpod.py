@@ -68,3 +68,12 @@ def test_the_run_deadline_counts_from_the_run_start_when_given() -> None:
     pod = build_pod(check(), "u-1", 1000.0, "http://kh/externalCheckStatus", deadline_unix=1050.0)
     assert pod_env_value(pod, "KH_CHECK_RUN_DEADLINE") == "1050"
     assert pod["metadata"]["name"] == "dns-check-1000"
+
+
+def test_init_containers_get_the_injected_env_too() -> None:
+    c = CheckSpec.of({"metadata": {"namespace": "ns", "name": "c"}, "spec": {"podSpec": {
+        "initContainers": [{"name": "init", "image": "busybox"}], "containers": [{"name": "m", "image": "x"}]}}})
+    pod = build_pod(c, "u-9", 1.0, "http://kh/externalCheckStatus")
+    env = {e["name"]: e for e in pod["spec"]["initContainers"][0]["env"]}
+    assert env["KH_RUN_UUID"]["value"] == "u-9" and set(env) >= {"KH_REPORTING_URL", "KH_CHECK_RUN_DEADLINE",
+                                                                 "KH_POD_NAMESPACE"}

@@ -69,6 +69,8 @@ def test_the_reaper_interval_env_var_is_accepted() -> None:
     ({"enableInflux": True, "influxURL": "http://influx:99999", "influxDB": "kh"}, "influxURL"),
     ({"enableInflux": True, "influxURL": "http://influx:8086"}, "influxDB"),
     ({"checkReaperRunInterval": "0s"}, "checkReaperRunInterval"),
+    ({"maxKHJobAge": 10}, "maxKHJobAge"),
+    ({"maxCheckPodAge": "1.5"}, "maxCheckPodAge"),
 ])
 def test_a_bad_value_is_an_error_that_names_its_key(raw: dict, key: str) -> None:
     with pytest.raises(ConfigError) as err:

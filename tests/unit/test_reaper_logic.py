@@ -9,7 +9,6 @@ import pytest
 from kuberhealthy import config as khconfig
 from kuberhealthy.reaper import (
     MIN_CHECK_POD_AGE,
-    MIN_KHJOB_AGE,
     Limits,
     khjobs_to_reap,
     orphan_states,
@@ -141,10 +140,15 @@ def test_only_completed_khjobs_older_than_the_max_age_are_reaped() -> None:
     assert names(doomed) == ["old-done"] and doomed[0].uid == "uid-old-done"
 
 
-def test_the_limits_take_v2s_floors_from_the_config() -> None:
+def test_the_limits_are_the_configured_values_without_v2s_hidden_floors() -> None:
     cfg = khconfig.from_mapping({"maxCheckPodAge": "1s", "maxKHJobAge": "1m", "maxCompletedPodCount": 0,
                                  "maxErrorPodCount": 7}, {"POD_NAME": "p"})
-    assert Limits.from_config(cfg) == Limits(0, 7, MIN_CHECK_POD_AGE, MIN_KHJOB_AGE)
+    assert Limits.from_config(cfg) == Limits(0, 7, 1.0, 60.0)
+
+
+def test_a_small_max_age_removes_a_pod_that_finished_a_moment_ago() -> None:
+    pods = [pod("s0", "Succeeded", created_ago=10, finished_ago=3)]
+    assert names(pods_to_reap(pods, NOW, Limits(4, 4, 1.0, 900.0))) == ["s0"]
     cfg = khconfig.from_mapping({"maxCheckPodAge": "2h", "maxKHJobAge": "1h"}, {"POD_NAME": "p"})
     assert Limits.from_config(cfg) == Limits(4, 4, 7200.0, 3600.0)
 
