@@ -60,6 +60,7 @@ class _ContextFilter(logging.Filter):
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    setup_logging("debug" if args.debug else "info")  # so warnings while loading the config are formatted
     try:
         config: Config = load(args.config)
     except ConfigError as e:

@@ -115,6 +115,7 @@ class Controller(BackgroundThread):
         self.jobs: dict[str, JobWorker] = {}
         self._parts: list[Any] = []
         self._last_reconcile = -1e18
+        self._specs: dict[str, tuple[str, CheckSpec]] = {}  # key -> (resourceVersion, parsed spec)
         self.reconciles = 0
         services.khchecks.add_listener(lambda *_: self._events.put("checks"))
         services.khjobs.add_listener(lambda *_: self._events.put("jobs"))
@@ -202,7 +203,8 @@ class Controller(BackgroundThread):
     def _reconcile_checks(self) -> None:
         self._last_reconcile = self._clock()
         self.reconciles += 1
-        desired = {key_of(o): CheckSpec.of(o) for o in self.s.khchecks.list()}
+        desired = {key_of(o): self._spec(o) for o in self.s.khchecks.list()}
+        self._specs = {k: v for k, v in self._specs.items() if k in desired}
         stopping: list[CheckWorker] = []
         for key, worker in list(self.workers.items()):
             if desired.get(key) != worker.spec:
@@ -218,6 +220,15 @@ class Controller(BackgroundThread):
                 self.workers[key] = worker
                 worker.start()
                 logger.info("Check %s started (every %.0fs, timeout %.0fs)", key, spec.run_interval, spec.timeout)
+
+    def _spec(self, obj: Obj) -> CheckSpec:
+        """Parse a khcheck once per version (a bad runInterval is then logged once, not per reconcile)."""
+        key, rv = key_of(obj), str((obj.get("metadata") or {}).get("resourceVersion") or "")
+        cached = self._specs.get(key)
+        if cached is None or cached[0] != rv or not rv:
+            cached = (rv, CheckSpec.of(obj))
+            self._specs[key] = cached
+        return cached[1]
 
     def _reconcile_jobs(self) -> None:
         for key, worker in list(self.jobs.items()):
