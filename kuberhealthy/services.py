@@ -73,6 +73,7 @@ class Services:
         self._parts: list[Any] = []  # started after the caches, stopped before them (reverse order)
         self._started = False
         self._stopping = threading.Event()
+        self.supervise_interval = 1.0  # seconds between looks at the core threads
         self._supervisor: threading.Thread | None = None
 
     def add_part(self, part: Any) -> None:
@@ -136,16 +137,24 @@ class Services:
         core += [p for p in (self.elector, self.controller) if p is not None and hasattr(p, "is_alive")]
         return core
 
-    def _supervise(self, interval: float = 1.0) -> None:
+    def _supervise(self) -> None:
         """A core thread that died unexpectedly means the process must stop cleanly, never hang half-alive."""
-        while not self._stopping.wait(interval):
-            dead = [getattr(t, "name", type(t).__name__) for t in self._core_threads() if not t.is_alive()]
-            if dead:
-                logger.error("Core thread(s) died: %s; stopping", ", ".join(map(str, dead)))
-                self.fatal.set()
-                if self.on_fatal is not None:
-                    self.on_fatal()
+        while not self._stopping.wait(self.supervise_interval):
+            if self.check_core_threads():
                 return
+
+    def check_core_threads(self) -> bool:
+        """True (and fatal set, on_fatal called) when a core thread died while the services were not stopping."""
+        dead = [getattr(t, "name", type(t).__name__) for t in self._core_threads() if not t.is_alive()]
+        # Core threads end only after stop() has set _stopping: a death seen together with it is the
+        # shutdown itself. Checking here, after the look, closes the race with a stop() that just began.
+        if not dead or self._stopping.is_set():
+            return False
+        logger.error("Core thread(s) died: %s; stopping", ", ".join(map(str, dead)))
+        self.fatal.set()
+        if self.on_fatal is not None:
+            self.on_fatal()
+        return True
 
     def stop(self, timeout: float = 50.0) -> None:
         """Stop everything within `timeout` seconds: parts in reverse order, then the caches."""

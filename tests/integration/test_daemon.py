@@ -283,3 +283,12 @@ def test_the_web_server_keeps_answering_until_the_checks_have_stopped(
         assert requests.get(a.url + "/healthz", timeout=5).status_code == 200
         assert requests.get(a.url + "/", timeout=5).status_code == 200
         assert a.wait(90) == 0
+
+
+def test_core_threads_ended_by_a_stop_are_not_taken_for_a_crash(cluster: TestCluster, namespace: str) -> None:
+    # The supervisor may look just as stop() ends the threads (it did, and killed a config reload).
+    d = InProcessDaemon(cluster, namespace).start()
+    d.stop()
+    assert not d.services.controller.is_alive()  # the core threads really are gone
+    assert d.services.check_core_threads() is False
+    assert not d.services.fatal.is_set()
