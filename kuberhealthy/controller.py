@@ -113,6 +113,7 @@ class Controller(BackgroundThread):
         self._want_lead = False  # the elector says we lead; the loop acts on it
         self.workers: dict[str, CheckWorker] = {}
         self.jobs: dict[str, JobWorker] = {}
+        self._retiring: list[CheckWorker] = []  # stopped by a reconcile, maybe still removing a pod
         self._parts: list[Any] = []
         self._last_reconcile = -1e18
         self._specs: dict[str, tuple[str, CheckSpec]] = {}  # key -> (resourceVersion, parsed spec)
@@ -155,7 +156,7 @@ class Controller(BackgroundThread):
                 return
             self._leading = False
             logger.info("Not leading: stopping %d checks and %d jobs", len(self.workers), len(self.jobs))
-            everything: list[Any] = [*self.workers.values(), *self.jobs.values(), *self._parts]
+            everything: list[Any] = [*self.workers.values(), *self.jobs.values(), *self._retiring, *self._parts]
             for w in everything:
                 w.stop()
             deadline = self._clock() + timeout
@@ -163,6 +164,7 @@ class Controller(BackgroundThread):
                 w.join(max(0.1, deadline - self._clock()))
             self.workers.clear()
             self.jobs.clear()
+            self._retiring = []
             self._parts = []
 
     def is_leading(self) -> bool:
@@ -205,15 +207,15 @@ class Controller(BackgroundThread):
         self.reconciles += 1
         desired = {key_of(o): self._spec(o) for o in self.s.khchecks.list()}
         self._specs = {k: v for k, v in self._specs.items() if k in desired}
-        stopping: list[CheckWorker] = []
+        # Stopped workers are not joined here (a step-down must never wait behind a slow pod removal):
+        # a restarted check's new run waits in CLEAR for the old run's pod to go anyway.
+        self._retiring = [w for w in self._retiring if w.is_alive()]
         for key, worker in list(self.workers.items()):
             if desired.get(key) != worker.spec:
                 logger.info("Check %s %s", key, "changed: restarting" if key in desired else "removed: stopping")
                 worker.stop()
-                stopping.append(worker)
+                self._retiring.append(worker)
                 del self.workers[key]
-        for worker in stopping:
-            worker.join(30.0)
         for key, spec in desired.items():
             if key not in self.workers:
                 worker = CheckWorker(self.s, spec, self._runner, self._clock)
