@@ -203,9 +203,10 @@ def test_sigterm_removes_the_running_checker_pod_and_releases_the_lease(
     assert "Released Lease" in a.log()
 
 
-def test_a_second_sigterm_exits_at_once(cluster: TestCluster, namespace: str, replicas: Any) -> None:
-    # An InfluxDB that accepts connections but never answers makes the graceful stop slow (the
-    # forwarder's flush blocks), so the second signal deterministically arrives during the stop.
+@pytest.fixture
+def slow_stopping_leader(cluster: TestCluster, namespace: str, replicas: Any) -> Iterator[DaemonProcess]:
+    """A leader that has completed a run and whose graceful stop takes seconds: its InfluxDB accepts
+    connections but never answers, so the forwarder's flush blocks during the stop."""
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
         silent.listen(16)
@@ -215,10 +216,15 @@ def test_a_second_sigterm_exits_at_once(cluster: TestCluster, namespace: str, re
         a.set_reporting_url(a.url + "/externalCheckStatus")
         a.start()
         wait_for(lambda: completed_by(cluster, namespace, "pulse") == "kh-a", 60, what="a completed run")
-        a.signal(signal.SIGTERM)
-        wait_for(lambda: "Handling signal: term" in a.log(), 30, what="the first signal handled")
-        a.signal(signal.SIGTERM)
-        assert a.wait(60) == 1  # the graceful path exits 0; the second signal ends the process at once
+        yield a
+
+
+def test_a_second_sigterm_exits_at_once(slow_stopping_leader: DaemonProcess) -> None:
+    a = slow_stopping_leader  # the second signal deterministically arrives during the slow stop
+    a.signal(signal.SIGTERM)
+    wait_for(lambda: "Handling signal: term" in a.log(), 30, what="the first signal handled")
+    a.signal(signal.SIGTERM)
+    assert a.wait(60) == 1  # the graceful path exits 0; the second signal ends the process at once
 
 
 def test_a_bare_port_serves_ipv4_and_ipv6_callers(cluster: TestCluster, namespace: str, tmp_path: Path) -> None:
@@ -265,24 +271,15 @@ def test_a_changed_config_file_is_applied_without_a_restart_and_a_bad_one_is_ign
         p.stop()
 
 
-def test_the_web_server_keeps_answering_until_the_checks_have_stopped(
-        cluster: TestCluster, namespace: str, replicas: Any) -> None:
-    # A silent InfluxDB makes the stop take seconds (the flush blocks): the status page and report
-    # endpoint must stay up through it, and only then the process exits (contract section 9's order).
-    with socket.socket() as silent:
-        silent.bind(("127.0.0.1", 0))
-        silent.listen(16)
-        cluster.request("POST", KHCHECKS.path(namespace), khcheck("pulse", "kh-sim/ok", "1h"))
-        a = replicas("kh-a", None)
-        a.settings.update(enableInflux=True, influxURL=f"http://127.0.0.1:{silent.getsockname()[1]}", influxDB="kh")
-        a.set_reporting_url(a.url + "/externalCheckStatus")
-        a.start()
-        wait_for(lambda: completed_by(cluster, namespace, "pulse") == "kh-a", 60, what="a completed run")
-        a.signal(signal.SIGTERM)
-        wait_for(lambda: "Stopping services" in a.log(), 30, what="the stop to begin")
-        assert requests.get(a.url + "/healthz", timeout=5).status_code == 200
-        assert requests.get(a.url + "/", timeout=5).status_code == 200
-        assert a.wait(90) == 0
+def test_the_web_server_keeps_answering_until_the_checks_have_stopped(slow_stopping_leader: DaemonProcess) -> None:
+    # The status page and report endpoint stay up through the slow stop, and only then the process
+    # exits (contract section 9's order).
+    a = slow_stopping_leader
+    a.signal(signal.SIGTERM)
+    wait_for(lambda: "Stopping services" in a.log(), 30, what="the stop to begin")
+    assert requests.get(a.url + "/healthz", timeout=5).status_code == 200
+    assert requests.get(a.url + "/", timeout=5).status_code == 200
+    assert a.wait(90) == 0
 
 
 def test_core_threads_ended_by_a_stop_are_not_taken_for_a_crash(cluster: TestCluster, namespace: str) -> None:
