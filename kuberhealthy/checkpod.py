@@ -67,3 +67,44 @@ def pod_env_value(pod: dict[str, Any], name: str) -> str | None:
             if e.get("name") == name and "value" in e:
                 return str(e["value"])
     return None
+
+
+def _pick(src: Any, keys: tuple[str, ...]) -> dict[str, Any]:
+    return {k: src[k] for k in keys if isinstance(src, dict) and k in src}
+
+
+_KEPT_ENV = (KH_RUN_UUID, KH_CHECK_RUN_DEADLINE)
+
+
+def slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
+    """What the daemon reads of a checker pod, and nothing else (the pod cache's transform).
+
+    A kept checker pod is ~5-10 KB on the wire (managedFields, the whole podSpec, conditions); with
+    thousands of checks and several kept pods each, the cache would hold mostly bytes nobody reads.
+    Kept: identity and times, our labels, the check-name annotation, per container its name and
+    KH_RUN_UUID and KH_CHECK_RUN_DEADLINE env (the report handler's), nodeName/hostNetwork, and the status fields the
+    runner, the report handler and the reaper decide on.
+    """
+    meta = pod.get("metadata") or {}
+    slim_meta = _pick(meta, ("name", "namespace", "uid", "resourceVersion", "creationTimestamp",
+                             "deletionTimestamp", "labels"))
+    annotations = meta.get("annotations") or {}
+    if CHECK_NAME_ANNOTATION in annotations:
+        slim_meta["annotations"] = {CHECK_NAME_ANNOTATION: annotations[CHECK_NAME_ANNOTATION]}
+    spec = pod.get("spec") or {}
+    containers = [{"name": c.get("name"),
+                   "env": [e for e in c.get("env") or [] if isinstance(e, dict) and e.get("name") in _KEPT_ENV]}
+                  for c in spec.get("containers") or [] if isinstance(c, dict)]
+    slim_spec: dict[str, Any] = {"containers": containers, **_pick(spec, ("nodeName", "hostNetwork"))}
+    status = pod.get("status") or {}
+    slim_status = _pick(status, ("phase", "podIP", "podIPs", "hostIP", "startTime", "reason"))
+    if status.get("conditions"):
+        slim_status["conditions"] = [_pick(c, ("type", "status", "lastTransitionTime"))
+                                     for c in status["conditions"] if isinstance(c, dict)]
+    if status.get("containerStatuses"):
+        slim_status["containerStatuses"] = [
+            {"name": cs.get("name"), "state": {
+                kind: _pick(detail, ("reason", "finishedAt", "exitCode"))
+                for kind, detail in (cs.get("state") or {}).items() if isinstance(detail, dict)}}
+            for cs in status["containerStatuses"] if isinstance(cs, dict)]
+    return {"metadata": slim_meta, "spec": slim_spec, "status": slim_status}

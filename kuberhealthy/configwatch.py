@@ -48,8 +48,6 @@ class ConfigWatcher(BackgroundThread):
             return False
         if new == self._current:
             return False
-        if (new.listen_host, new.listen_port) != (self._current.listen_host, self._current.listen_port):
-            logger.warning("listenAddress changed to %s; it takes effect after a restart", new.listen_address)
         logger.info("Config file %s changed; applying it", self._path)
         self._current = new
         self._on_change(new)

@@ -11,23 +11,38 @@ timeout, podSpec, extraLabels or extraAnnotations changed restart (v2 restarted 
 """
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import queue
 import threading
 import time
+import zlib
 from collections.abc import Callable
 from typing import Any
 
 from kuberhealthy import khstate
 from kuberhealthy.checks import CheckSpec
-from kuberhealthy.errors import ApiError
+from kuberhealthy.errors import ApiError, is_transient
 from kuberhealthy.kube import KHJOBS, Obj, key_of
-from kuberhealthy.runner import Runner
+from kuberhealthy.runner import Outcome, Runner
+from kuberhealthy.runstats import SKIP_API
 from kuberhealthy.threads import BackgroundThread
 
 logger = logging.getLogger(__name__)
 
 RunnerFactory = Callable[[Any, CheckSpec, threading.Event], Runner]
+
+START_SPACING = 0.03  # seconds between the first runs of overdue checks started together (~33/s)
+MAX_SPREAD = 30.0  # seconds: the widest window such a batch is spread over (never over half an interval)
+
+
+def _unix(rfc3339: str | None) -> float | None:
+    if not rfc3339:
+        return None
+    try:
+        return dt.datetime.fromisoformat(rfc3339.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
 
 
 class _Worker(BackgroundThread):
@@ -38,33 +53,58 @@ class _Worker(BackgroundThread):
         self.s = services
         self.spec = spec
         self._runner = runner
+        self._current: Any = None  # the run in progress, to wake on stop
 
     def stop(self) -> None:
         super().stop()
-        self.s.notifier.wake()  # the run's waits share the notifier; wake them to see the stop
+        current = self._current
+        if current is not None and hasattr(current, "wake"):
+            current.wake()  # its waits subscribe to its own topics only: wake it to see the stop
+
+    def _run_once(self) -> Any:
+        runner = self._runner(self.s, self.spec, self._stop)
+        self._current = runner
+        try:
+            if self._stop.is_set():
+                return None
+            return runner.run()
+        finally:
+            self._current = None
 
 
 class CheckWorker(_Worker):
-    """One check's thread: run now, then every runInterval measured from each run's start."""
+    """One check's thread: the first run at `first_due`, then every runInterval from each due time.
+
+    Due times follow the schedule, not the previous run's end: a slow run does not push every later
+    run back, and a run that overran a whole interval starts at once without a burst of catch-ups.
+    Lag (start - due) goes to kuberhealthy_schedule_lag_seconds.
+    """
 
     def __init__(self, services: Any, spec: CheckSpec, runner: RunnerFactory = Runner,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, first_due: float | None = None) -> None:
         super().__init__(services, spec, runner, f"kh-check-{spec.namespace}/{spec.name}")
         self._clock = clock
+        self.first_due = clock() if first_due is None else first_due
         self.runs = 0
 
     def _run(self) -> None:
-        next_due = self._clock()
-        while not self._stop.wait(max(0.0, next_due - self._clock())):
+        due = self.first_due
+        while not self._stop.wait(max(0.0, due - self._clock())):
             started = self._clock()
+            stats = getattr(self.s, "stats", None)
+            if stats is not None:
+                stats.schedule_lag.observe(max(0.0, started - due))
             try:
-                self._runner(self.s, self.spec, self._stop).run()
+                self._run_once()
             except Exception as e:  # the run could not even record its failure: log, keep the schedule
                 logger.exception("Check %s: run crashed", self.spec.key)
                 if not self._stop.is_set():
                     self._record_crash(e)
             self.runs += 1
-            next_due = max(started + self.spec.run_interval, self._clock())
+            due += self.spec.run_interval
+            now = self._clock()
+            if due < now - self.spec.run_interval:  # a whole interval behind: start over from now
+                due = now
 
     def _record_crash(self, e: Exception) -> None:
         try:
@@ -78,19 +118,37 @@ class CheckWorker(_Worker):
 class JobWorker(_Worker):
     """A khjob runs once: phase "" → Running → (the run) → Completed."""
 
+    PHASE_RETRY = 30.0  # seconds spent retrying a phase write while the API is away
+
     def __init__(self, services: Any, job: Obj, runner: RunnerFactory = Runner) -> None:
         spec = CheckSpec.of_job(job)
         super().__init__(services, spec, runner, f"kh-job-{spec.key}")
 
     def _set_phase(self, phase: str) -> None:
-        self.s.resources.merge_patch(KHJOBS, self.spec.namespace, self.spec.name, {"spec": {"phase": phase}})
+        deadline = time.monotonic() + self.PHASE_RETRY
+        delay = 0.2
+        while True:
+            try:
+                self.s.resources.merge_patch(KHJOBS, self.spec.namespace, self.spec.name, {"spec": {"phase": phase}})
+                return
+            except ApiError as e:
+                if not is_transient(e) or time.monotonic() + delay > deadline:
+                    raise
+                logger.warning("Job %s: cannot set phase %s yet (%s); retrying", self.spec.key, phase, e)
+                if self._stop.wait(delay):
+                    raise
+                delay = min(delay * 2, 2.0)
 
     def _run(self) -> None:
         try:
             self._set_phase("Running")
-            self._runner(self.s, self.spec, self._stop).run()
-            if not self._stop.is_set():
-                self._set_phase("Completed")
+            result = self._run_once()
+            if result is None or self._stop.is_set():
+                return  # stopped: the next leader finishes or resets it (Controller.recover_jobs)
+            if getattr(result, "outcome", None) is Outcome.SKIPPED and result.skip_reason == SKIP_API:
+                self._set_phase("")  # not judged: run it again
+                return
+            self._set_phase("Completed")
         except ApiError as e:
             logger.warning("Job %s: %s", self.spec.key, e)
         except Exception:  # top of this thread's only loop
@@ -145,7 +203,8 @@ class Controller(BackgroundThread):
             self._parts = self._leader_parts_factory()
             for part in self._parts:
                 part.start()
-            self._reconcile_checks()
+            self._reconcile_checks(continuity=True)
+            self._recover_jobs()
             self._reconcile_jobs()
 
     def lost_leadership(self, timeout: float = 30.0) -> None:
@@ -169,6 +228,29 @@ class Controller(BackgroundThread):
 
     def is_leading(self) -> bool:
         return self._leading
+
+    def restart_checks(self) -> None:
+        """Stop every check and start it again now (a setting every run uses changed)."""
+        with self._lock:
+            for worker in self.workers.values():
+                worker.stop()
+                self._retiring.append(worker)
+            self.workers.clear()
+            if self._leading:
+                self._reconcile_checks()
+
+    def restart_leader_parts(self, timeout: float = 30.0) -> None:
+        """Replace the leader-only parts (reapers) with new ones built from the current config."""
+        with self._lock:
+            old, self._parts = self._parts, []
+            for part in old:
+                part.stop()
+            for part in old:
+                part.join(timeout)
+            if self._leading:
+                self._parts = self._leader_parts_factory()
+                for part in self._parts:
+                    part.start()
 
     # --- the loop ------------------------------------------------------------------------------------
 
@@ -202,7 +284,14 @@ class Controller(BackgroundThread):
             except Exception:  # keep controlling; the next event retries
                 logger.exception("Controller loop error")
 
-    def _reconcile_checks(self) -> None:
+    def _reconcile_checks(self, continuity: bool = False) -> None:
+        """Start new checks, stop deleted ones, restart changed ones.
+
+        With `continuity` (leadership just began) each check keeps its cadence: next due at its
+        khstate's LastRun + runInterval. Otherwise, and for checks that never ran or are overdue, the
+        first run is now, spread over a short window so a thousand checks are not a thousand pods in
+        the same second.
+        """
         self._last_reconcile = self._clock()
         self.reconciles += 1
         desired = {key_of(o): self._spec(o) for o in self.s.khchecks.list()}
@@ -216,12 +305,53 @@ class Controller(BackgroundThread):
                 worker.stop()
                 self._retiring.append(worker)
                 del self.workers[key]
-        for key, spec in desired.items():
-            if key not in self.workers:
-                worker = CheckWorker(self.s, spec, self._runner, self._clock)
-                self.workers[key] = worker
-                worker.start()
-                logger.info("Check %s started (every %.0fs, timeout %.0fs)", key, spec.run_interval, spec.timeout)
+        new = [spec for key, spec in desired.items() if key not in self.workers]
+        dues = self._first_dues(new, continuity)
+        for spec in new:
+            worker = CheckWorker(self.s, spec, self._runner, self._clock, first_due=dues[spec.key])
+            self.workers[spec.key] = worker
+            worker.start()
+            logger.info("Check %s started (every %.0fs, timeout %.0fs, first run in %.1fs)", spec.key,
+                        spec.run_interval, spec.timeout, max(0.0, dues[spec.key] - self._clock()))
+
+    def _first_dues(self, specs: list[CheckSpec], continuity: bool) -> dict[str, float]:
+        now, wall = self._clock(), time.time()
+        dues: dict[str, float] = {}
+        overdue: list[CheckSpec] = []
+        for spec in specs:
+            last = None
+            if continuity:
+                state = self.s.khstates.get(spec.namespace, spec.name)
+                last = _unix(khstate.Spec.of(state).last_run) if state is not None else None
+            if last is not None and last + spec.run_interval > wall:
+                dues[spec.key] = now + min(spec.run_interval, last + spec.run_interval - wall)
+            else:
+                overdue.append(spec)
+        # A stable, name-independent order, so the same checks are not always the last of a batch.
+        overdue.sort(key=lambda sp: zlib.crc32(sp.key.encode()))
+        for i, spec in enumerate(overdue):
+            window = min(MAX_SPREAD, spec.run_interval / 2)
+            spacing = min(START_SPACING, window / max(1, len(overdue)))
+            dues[spec.key] = now + i * spacing
+        return dues
+
+    def _recover_jobs(self) -> None:
+        """khjobs left Running by a previous leader: finished (its run reported) or reset to run again."""
+        for job in self.s.khjobs.list():
+            if str((job.get("spec") or {}).get("phase") or "") != "Running" or key_of(job) in self.jobs:
+                continue
+            meta = job.get("metadata") or {}
+            ns, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+            state = self.s.khstates.get(ns, name)
+            done = state is not None and bool(khstate.reported_uuid(state)) and \
+                khstate.reported_uuid(state) == khstate.Spec.of(state).uuid
+            phase = "Completed" if done else ""
+            try:
+                self.s.resources.merge_patch(KHJOBS, ns, name, {"spec": {"phase": phase}})
+                logger.info("Job %s/%s was left Running by a previous leader: %s", ns, name,
+                            "its run had reported; marked Completed" if done else "reset to run again")
+            except ApiError as e:
+                logger.warning("Job %s/%s was left Running; cannot recover it yet: %s", ns, name, e)
 
     def _spec(self, obj: Obj) -> CheckSpec:
         """Parse a khcheck once per version (a bad runInterval is then logged once, not per reconcile)."""

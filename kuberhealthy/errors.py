@@ -37,6 +37,10 @@ class BadRequest(ApiError):
     status = 400
 
 
+class Unauthorized(ApiError):
+    status = 401
+
+
 class Forbidden(ApiError):
     status = 403
 
@@ -71,11 +75,26 @@ class TooManyRequests(ApiError):
     status = 429
 
 
+class ServerError(ApiError):
+    """5xx: the API server (or what stands before it) failed; worth retrying."""
+
+    status = 500
+
+
 _BY_STATUS: dict[int, type[ApiError]] = {
-    cls.status: cls for cls in (BadRequest, Forbidden, NotFound, Conflict, Gone, Invalid, TooManyRequests)
+    cls.status: cls for cls in (BadRequest, Unauthorized, Forbidden, NotFound, Conflict, Gone, Invalid,
+                                TooManyRequests)
 }
 
 
 def error_for_status(status: int, message: str, reason: str = "") -> ApiError:
-    cls = _BY_STATUS.get(status, ApiError)
+    cls = _BY_STATUS.get(status) or (ServerError if status >= 500 else ApiError)
     return cls(message, status=status, reason=reason)
+
+
+def is_transient(e: BaseException) -> bool:
+    """The control plane is away or overloaded (no answer, 5xx, 429): the same call may succeed soon.
+
+    Such an error says nothing about the check being run, so it must never fail one.
+    """
+    return isinstance(e, (Unreachable, ServerError, TooManyRequests)) or (isinstance(e, ApiError) and e.status == 0)

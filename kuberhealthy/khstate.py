@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from kuberhealthy.errors import KuberhealthyError
 from kuberhealthy.kube import KHSTATES, Obj, Resources
+from kuberhealthy.kube.client import READ_TIMEOUT
 
 REPORTED_UUID = "kuberhealthy.comcast.github.io/reported-uuid"
 WORKLOAD_CHECK = "KHCheck"
@@ -101,20 +102,22 @@ def _writer(namespace: str, name: str, pod_name: str, workload: str,
 
 
 def claim_run(res: Resources, namespace: str, name: str, run_uuid: str, pod_name: str,
-              workload: str = WORKLOAD_CHECK, hint: Obj | None = None) -> Obj:
+              workload: str = WORKLOAD_CHECK, hint: Obj | None = None, timeout: float = READ_TIMEOUT,
+              deadline: float | None = None) -> Obj:
     """Make run_uuid the only run allowed to report; create the khstate if missing."""
     def change(obj: Obj) -> None:
         obj["spec"]["uuid"] = run_uuid
         obj["spec"]["AuthoritativePod"] = pod_name
         obj["spec"]["Namespace"] = namespace
     out = res.update_with_retry(KHSTATES, namespace, name, _writer(namespace, name, pod_name, workload, change),
-                                hint=hint)
+                                hint=hint, timeout=timeout, deadline=deadline)
     assert out is not None
     return out
 
 
 def record_report(res: Resources, namespace: str, name: str, run_uuid: str, ok: bool, errors: list[str],
-                  pod_name: str, now: dt.datetime | None = None, hint: Obj | None = None) -> Obj:
+                  pod_name: str, now: dt.datetime | None = None, hint: Obj | None = None,
+                  timeout: float = READ_TIMEOUT, deadline: float | None = None) -> Obj:
     """Store a checker pod's report. Raises StaleReport (and writes nothing) if run_uuid is not current.
 
     A cached `hint` is used only when it already names this run: a cache lagging behind the run's
@@ -137,13 +140,14 @@ def record_report(res: Resources, namespace: str, name: str, run_uuid: str, ok: 
         spec.setdefault("Namespace", namespace)
         current.setdefault("metadata", {}).setdefault("annotations", {})[REPORTED_UUID] = run_uuid
         return current
-    out = res.update_with_retry(KHSTATES, namespace, name, mutate, hint=hint)
+    out = res.update_with_retry(KHSTATES, namespace, name, mutate, hint=hint, timeout=timeout, deadline=deadline)
     assert out is not None
     return out
 
 
 def record_result(res: Resources, namespace: str, name: str, run_uuid: str, run_duration: str, node: str,
-                  pod_name: str, hint: Obj | None = None) -> Obj | None:
+                  pod_name: str, hint: Obj | None = None, timeout: float = READ_TIMEOUT,
+                  deadline: float | None = None) -> Obj | None:
     """After the pod exited: RunDuration and Node, unless a newer run has claimed the khstate."""
     if hint is not None and Spec.of(hint).uuid != run_uuid:
         hint = None  # decide "claimed by a newer run" on a fresh read, not a lagging cache
@@ -154,16 +158,27 @@ def record_result(res: Resources, namespace: str, name: str, run_uuid: str, run_
         current["spec"]["Node"] = node
         current["spec"]["AuthoritativePod"] = pod_name
         return current
-    return res.update_with_retry(KHSTATES, namespace, name, mutate, hint=hint)
+    return res.update_with_retry(KHSTATES, namespace, name, mutate, hint=hint, timeout=timeout, deadline=deadline)
+
+
+class _Superseded(Exception):
+    pass
 
 
 def record_error(res: Resources, namespace: str, name: str, errors: list[str], pod_name: str,
                  run_duration: str = "", node: str = "", workload: str = WORKLOAD_CHECK,
-                 now: dt.datetime | None = None) -> Obj:
-    """The run failed: OK false with the given errors; the current uuid is kept."""
+                 now: dt.datetime | None = None, run_uuid: str | None = None, timeout: float = READ_TIMEOUT,
+                 deadline: float | None = None) -> Obj | None:
+    """The run failed: OK false with the given errors; the current uuid is kept.
+
+    With `run_uuid`, nothing is written (None returned) unless the khstate still names that run: a
+    stopped or late run must never overwrite its successor's result.
+    """
     when = rfc3339(now or utcnow())
 
     def change(obj: Obj) -> None:
+        if run_uuid is not None and str(obj["spec"].get("uuid") or "") != run_uuid:
+            raise _Superseded()
         spec = obj["spec"]
         spec["OK"] = False
         spec["Errors"] = list(errors)
@@ -173,6 +188,14 @@ def record_error(res: Resources, namespace: str, name: str, errors: list[str], p
             spec["RunDuration"] = run_duration
         if node:
             spec["Node"] = node
-    out = res.update_with_retry(KHSTATES, namespace, name, _writer(namespace, name, pod_name, workload, change))
-    assert out is not None
+    write = _writer(namespace, name, pod_name, workload, change)
+
+    def mutate(current: Obj | None) -> Obj | None:
+        try:
+            return write(current)
+        except _Superseded:
+            return None
+    out = res.update_with_retry(KHSTATES, namespace, name, mutate, timeout=timeout, deadline=deadline)
+    if run_uuid is not None and (out is None or Spec.of(out).uuid != run_uuid):
+        return None
     return out

@@ -12,7 +12,7 @@ A custom collector on its own registry: no process/platform collectors, no state
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
@@ -47,10 +47,16 @@ class KuberhealthyCollector(Collector):
     """Reads the summary at each scrape; never blocks on the API."""
 
     def __init__(self, summary: Callable[[], Summary], current_master: Callable[[], str],
-                 config: PromMetrics) -> None:
+                 config: PromMetrics | Callable[[], PromMetrics]) -> None:
         self._summary = summary
         self._current_master = current_master
-        self._config = config
+        self._config_source = config
+
+    @property
+    def _config(self) -> PromMetrics:
+        """The current settings (a callable follows config reloads)."""
+        source = self._config_source
+        return source if isinstance(source, PromMetrics) else source()
 
     def describe(self) -> list[GaugeMetricFamily]:
         return []  # names are fixed and unique on our own registry; skip the collect() at register time
@@ -86,9 +92,39 @@ class KuberhealthyCollector(Collector):
         yield from self._workload("job", "job", summary.jobs)
 
 
+CacheStatus = Callable[[], Iterable[tuple[str, bool, float]]]  # (cache, current, seconds not current)
+
+
+class CacheCollector(Collector):
+    """Freshness of the watch caches: `kuberhealthy_cache_current{cache}` 1|0 and how long it has not been."""
+
+    def __init__(self, status: CacheStatus) -> None:
+        self._status = status
+
+    def describe(self) -> list[GaugeMetricFamily]:
+        return []
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        current = GaugeMetricFamily("kuberhealthy_cache_current",
+                                    "1 while the watch cache is current, 0 while its watch is failing",
+                                    labels=["cache"])
+        stale = GaugeMetricFamily("kuberhealthy_cache_stale_seconds",
+                                  "Seconds the watch cache has not been current (0 while it is)", labels=["cache"])
+        for name, is_current, seconds in self._status():
+            current.add_metric([name], 1.0 if is_current else 0.0)
+            stale.add_metric([name], seconds)
+        yield current
+        yield stale
+
+
 def make_registry(summary: Callable[[], Summary], current_master: Callable[[], str],
-                  config: PromMetrics) -> CollectorRegistry:
-    """A registry holding only the Kuberhealthy collector (what `/metrics` exposes)."""
+                  config: PromMetrics | Callable[[], PromMetrics], cache_status: CacheStatus | None = None,
+                  extra: Iterable[Collector] = ()) -> CollectorRegistry:
+    """A registry holding only Kuberhealthy's collectors (what `/metrics` exposes)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(KuberhealthyCollector(summary, current_master, config))
+    if cache_status is not None:
+        registry.register(CacheCollector(cache_status))
+    for collector in extra:
+        registry.register(collector)
     return registry

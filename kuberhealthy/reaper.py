@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from kuberhealthy.checkpod import CHECK_NAME_LABEL
 from kuberhealthy.config import Config
 from kuberhealthy.errors import ApiError, NotFound
 from kuberhealthy.kube import KHCHECKS, KHJOBS, KHSTATES, PODS, Obj, Resource, key_of
@@ -45,7 +46,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-CHECK_NAME_LABEL = "kuberhealthy-check-name"
 MIN_CHECK_POD_AGE = 30.0  # seconds: the count-based clean-up leaves a just-finished pod this long
 FINISHED_PHASES = ("Succeeded", "Failed")
 

@@ -2,31 +2,49 @@
 
     CLAIM → VALIDATE → CLEAR → CREATE → START → REPORT → EXIT → RECORD → DONE
 
-Every wait is one Notifier.wait_for() on the watch caches, racing one monotonic deadline for the
-whole run (start + timeout) and the check's stop event: no fixed sleeps, no polling. A run that
-fails records `Check execution error: <ns>/<name>: <reason>` with v2's reasons. A checker pod
-deleted by someone else before it reported skips the run quietly. On a timeout or a stop the run's
-live pods are evicted (delete as fallback). This module knows nothing about HTTP or scheduling.
+Every wait is one Waiter.wait_for() on the watch caches, subscribed to this run's topics only (its
+check's pods, its run uuid, its khstate), racing one monotonic deadline for the whole run
+(start + timeout) and the check's stop event: no fixed sleeps, no polling. A run that fails
+records `Check execution error: <ns>/<name>: <reason>` with v2's reasons. A checker pod deleted by
+someone else before it reported skips the run. On a timeout or a stop the run's live pods are
+evicted (delete as fallback).
+
+Trust under faults. A cache can be old (a watch broke, the API server restarted or froze), and an
+API call can fail because the control plane is away; neither says anything about the checked thing.
+So:
+  * a verdict that would fail the run is confirmed by one bounded read first (the pod, the khstate,
+    the check's pods by label); the cache alone never fails a run;
+  * API errors at CLAIM, CREATE and RECORD are retried (jittered backoff) within the run's deadline;
+  * a run that cannot be completed or judged because the API was away, or its caches were not
+    current at some moment of the run, is SKIPPED (`kuberhealthy_runs_skipped_total{reason}`), not
+    failed: the next due run tries again;
+  * every write is conditional on this run's uuid, so a stopped or late run never overwrites the
+    result of the run that followed it.
+This module knows nothing about HTTP or scheduling.
 """
 from __future__ import annotations
 
 import enum
 import logging
+import random
 import threading
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from kuberhealthy import khstate
-from kuberhealthy.checkpod import RUN_ID_LABEL, build_pod, pod_name
+from kuberhealthy.checkpod import CHECK_NAME_LABEL, RUN_ID_LABEL, build_pod, pod_name
 from kuberhealthy.checks import CheckSpec, validate_pod_spec
 from kuberhealthy.durations import format_duration
-from kuberhealthy.errors import ApiError, Conflict, NotFound
+from kuberhealthy.errors import ApiError, Conflict, NotFound, is_transient
 from kuberhealthy.kube import KHSTATES, PODS, Obj
+from kuberhealthy.runstats import SKIP_API, SKIP_POD_DELETED
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 POD_START_FAILURES = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName")
 FINISHED = ("Succeeded", "Failed")
@@ -37,6 +55,12 @@ ERR_RUNNING = "failed to see pod running within timeout"
 ERR_REPORT = "timed out waiting for checker pod to report in"
 ERR_EXIT = "timed out waiting for pod to exit"
 ERR_START = "error when waiting for pod to start: "
+
+CONFIRM_TIMEOUT = 5.0  # seconds for one confirming read
+WRITE_TIMEOUT = 5.0  # seconds per khstate request
+GRACE = 10.0  # seconds past the deadline still spent writing a verdict (RECORD, an error)
+RETRY_FIRST = 0.2  # seconds
+RETRY_MAX = 2.0  # seconds
 
 
 class Phase(enum.Enum):
@@ -54,7 +78,7 @@ class Phase(enum.Enum):
 class Outcome(enum.Enum):
     REPORTED = "reported"  # the pod reported (OK or not) and the run was recorded
     FAILED = "failed"  # the run itself failed; an execution error was recorded
-    SKIPPED = "skipped"  # the pod was removed by someone else before reporting
+    SKIPPED = "skipped"  # not judged: the pod was removed by someone else, or the API was away
     STOPPED = "stopped"  # the check was stopped (shutdown, leadership lost, spec changed)
 
 
@@ -68,6 +92,7 @@ class RunResult:
     pod: str = ""
     node: str = ""
     phase_seconds: dict[str, float] = field(default_factory=dict)  # time spent in each phase
+    skip_reason: str = ""
 
 
 class _Stopped(Exception):
@@ -79,11 +104,21 @@ class _Failed(Exception):
 
 
 class _Skipped(Exception):
-    pass
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
 
 
 def _live(pod: Obj) -> bool:
     return (pod.get("status") or {}).get("phase") not in FINISHED
+
+
+def _terminating(pod: Obj) -> bool:
+    return bool((pod.get("metadata") or {}).get("deletionTimestamp"))
+
+
+def _pending(pod: Obj) -> bool:
+    return (pod.get("status") or {}).get("phase") in (None, "", "Pending")
 
 
 def _start_failure(pod: Obj) -> str | None:
@@ -94,8 +129,17 @@ def _start_failure(pod: Obj) -> str | None:
     return None
 
 
+def _uid(pod: Obj) -> str:
+    meta = pod.get("metadata") or {}
+    return str(meta.get("uid") or meta.get("name") or "")
+
+
+def _name(pod: Obj | None) -> str:
+    return str(((pod or {}).get("metadata") or {}).get("name") or "")
+
+
 class Runner:
-    """Runs one check once. Construct per run; call run() on the check's thread."""
+    """Runs one check once. Construct per run; call run() on the check's thread; wake() from a stopper."""
 
     def __init__(self, services: Any, check: CheckSpec, stop: threading.Event,
                  clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
@@ -107,12 +151,18 @@ class Runner:
         self.run_uuid = str(uuid.uuid4())
         self._phase = Phase.CLAIM
         self._phase_started = clock()
+        self._started = clock()
         self.phase_seconds: dict[str, float] = {}
         self.pod: Obj | None = None
+        self._created_name = ""
         self._wall_start = wall()
         self._last_run: str | None = None  # the khstate's LastRun when the run claimed it
         self._written: Obj | None = None  # the khstate as this run last wrote it
+        self._api_trouble = False  # an API call of this run failed for a transient reason
         self.log = logging.LoggerAdapter(logger, {"check": check.key, "run": self.run_uuid})
+        self._waiter = services.notifier.waiter(
+            services.pods.topic("check", check.key), services.pods.topic("uuid", self.run_uuid),
+            services.khstates.topic("key", check.key))
 
     @property
     def phase(self) -> Phase:
@@ -125,20 +175,77 @@ class Runner:
             now - self._phase_started)
         self._phase, self._phase_started = value, now
 
+    def wake(self) -> None:
+        """Make a wait look at the stop event now."""
+        self._waiter.wake()
+
     # --- helpers ---------------------------------------------------------------------------------
 
     def _pods_of_run(self) -> list[Obj]:
-        return self.s.pods.by_index("uuid", self.run_uuid)
+        return list(self.s.pods.by_index("uuid", self.run_uuid))
 
     def _my_pod(self) -> Obj | None:
-        pods = self._pods_of_run()
-        return pods[0] if pods else None
+        for pod in self._pods_of_run():  # only the pod this run created counts, not a look-alike
+            if not self._created_name or _name(pod) == self._created_name:
+                return pod
+        return None
 
-    def _wait(self, predicate: Callable[[], Any], deadline: float) -> Any:
-        value = self.s.notifier.wait_for(predicate, deadline, self.stop, self.clock)
+    def _wait(self, predicate: Callable[[], T], deadline: float) -> T | None:
+        value = self._waiter.wait_for(predicate, deadline, self.stop, self.clock)
         if self.stop.is_set():
             raise _Stopped()
         return value
+
+    def _impaired(self) -> bool:
+        """Whether the API was away, or the caches this run decides on were not current, during the run."""
+        return self._api_trouble or any(c.impaired_since(self._started) for c in (self.s.pods, self.s.khstates))
+
+    def _fail(self, reason: str) -> _Failed | _Skipped:
+        """The exception for a run that cannot succeed: a failure, unless the control plane was impaired."""
+        if self._impaired():
+            return _Skipped(SKIP_API, f"the API server was unavailable during the run ({reason})")
+        return _Failed(reason)
+
+    def _call(self, what: str, fn: Callable[[float], T], until: float) -> T:
+        """Call fn(timeout) until it does not fail transiently, with backoff, until `until` (monotonic).
+
+        A transient failure at the end is a skip: the control plane, not the check, failed.
+        """
+        delay = RETRY_FIRST
+        while True:
+            left = until - self.clock()
+            try:
+                return fn(max(0.5, min(WRITE_TIMEOUT, left)))
+            except ApiError as e:
+                if not is_transient(e):
+                    raise
+                self._api_trouble = True
+                left = until - self.clock()
+                if left <= 0:
+                    raise _Skipped(SKIP_API, f"could not {what}: {e}") from e
+                self.log.warning("Could not %s (%s); retrying", what, e)
+                if self.stop.wait(min(left, delay * (0.5 + random.random() / 2))):
+                    raise _Stopped() from e
+                delay = min(delay * 2, RETRY_MAX)
+
+    def _read_pod(self, name: str) -> Obj | None:
+        """The pod as the API server has it now (None: gone). Raises _Skipped when it cannot be read."""
+        try:
+            return self.s.resources.get(PODS, self.check.namespace, name, timeout=CONFIRM_TIMEOUT)
+        except NotFound:
+            return None
+        except ApiError as e:
+            self._api_trouble = True
+            raise _Skipped(SKIP_API, f"could not read checker pod {name}: {e}") from e
+
+    def _read_state(self) -> Obj | None:
+        try:
+            return self.s.resources.get(KHSTATES, self.check.namespace, self.check.name, timeout=CONFIRM_TIMEOUT)
+        except NotFound:
+            return None
+        except ApiError as e:
+            self._api_trouble = True
+            raise _Skipped(SKIP_API, f"could not read the khstate: {e}") from e
 
     def _is_report(self, obj: Obj | None) -> bool:
         """The khstate shows this run's report: our handler's stamp, or (any writer) LastRun advanced
@@ -150,37 +257,36 @@ class Runner:
         spec = khstate.Spec.of(obj)
         return spec.uuid == self.run_uuid and spec.last_run is not None and spec.last_run > (self._last_run or "")
 
+    def _held(self) -> bool:
+        """A report for this run was accepted but waits (on this replica) for the API to store it."""
+        held = getattr(self.s, "held", None)
+        return held is not None and held.holds(self.run_uuid)
+
     def _reported(self) -> bool:
         return self._is_report(self.s.khstates.get(self.check.namespace, self.check.name))
-
-    def _reported_confirmed(self) -> bool:
-        """The khstate cache may lag: confirm with one read before deciding the pod never reported."""
-        if self._reported():
-            return True
-        try:
-            return self._is_report(self.s.resources.get(KHSTATES, self.check.namespace, self.check.name))
-        except ApiError:
-            return False
 
     def _evict_run_pods(self) -> None:
         """Remove this run's live pods: those in the cache, and the one we created (the cache may not
         have seen it yet). An API error here is logged; the reaper or the next run's CLEAR retries."""
-        names = {p["metadata"]["name"] for p in self._pods_of_run() if _live(p)}
-        if self.pod is not None and _live(self.pod):
-            names.add(str(self.pod["metadata"]["name"]))
+        names = {_name(p) for p in self._pods_of_run() if _live(p) and not _terminating(p)}
+        if self._created_name and (self.pod is None or (_live(self.pod) and not _terminating(self.pod))):
+            names.add(self._created_name)
         for name in sorted(names):
             try:
-                how = self.s.resources.evict_pod(self.check.namespace, name)
+                how = self.s.resources.evict_pod(self.check.namespace, name, timeout=CONFIRM_TIMEOUT)
                 self.log.info("Removed checker pod %s (%s)", name, how)
             except ApiError as e:
                 self.log.warning("Could not remove checker pod %s: %s", name, e)
+                if is_transient(e):
+                    break  # the API is away; the next run's CLEAR removes what is left
 
     # --- the run -----------------------------------------------------------------------------------
 
     def run(self) -> RunResult:
-        start = self.clock()
+        start = self._started = self.clock()
         self._wall_start = self.wall()
         deadline = start + self.check.timeout
+        skip_reason = ""
         try:
             self._run(deadline)
             outcome, errors = Outcome.REPORTED, list[str]()
@@ -188,33 +294,67 @@ class Runner:
             outcome, errors = Outcome.STOPPED, []
             self.log.info("Run stopped in phase %s", self.phase.value)
             self._evict_run_pods()
-        except _Skipped:
-            outcome, errors = Outcome.SKIPPED, []
-            self.log.info("Checker pod was removed before it reported; skipping this run")
+        except _Skipped as e:
+            outcome, errors, skip_reason = Outcome.SKIPPED, [], e.reason
+            self.log.warning("Run skipped in phase %s (%s): %s", self.phase.value, e.reason, e)
+            if e.reason != SKIP_POD_DELETED:
+                self._evict_run_pods()
         except _Failed as e:
             outcome, errors = Outcome.FAILED, [f"Check execution error: {self.check.key}: {e}"]
             self.log.warning("Run failed in phase %s: %s", self.phase.value, e)
             self._evict_run_pods()
+        finally:
+            self._waiter.close()
         duration = self.clock() - start
         node = str(((self.pod or {}).get("spec") or {}).get("nodeName") or "")
         if outcome is Outcome.FAILED:
-            self._written = khstate.record_error(
-                self.s.resources, self.check.namespace, self.check.name, errors, self.s.config.pod_name,
-                format_duration(duration), node, self.check.workload)
-        result = RunResult(outcome, self.run_uuid, self.phase, errors, duration,
-                           str(((self.pod or {}).get("metadata") or {}).get("name") or ""), node,
-                           dict(self.phase_seconds))
+            outcome, skip_reason = self._record_failure(errors, duration, node, deadline)
+        result = RunResult(outcome, self.run_uuid, self.phase, errors, duration, self._created_name, node,
+                           dict(self.phase_seconds), skip_reason)
         self.log.debug("Phase times: %s", ", ".join(f"{k}={v:.3f}s" for k, v in self.phase_seconds.items()))
+        if outcome is Outcome.SKIPPED:
+            stats = getattr(self.s, "stats", None)
+            if stats is not None:
+                stats.skip(skip_reason)
         if outcome in (Outcome.REPORTED, Outcome.FAILED):
             self._forward(result)
         return result
+
+    def _record_failure(self, errors: list[str], duration: float, node: str, deadline: float) -> tuple[Outcome, str]:
+        """Write the execution error (only while the khstate still names this run)."""
+        until = max(deadline, self.clock()) + GRACE
+
+        def write(timeout: float) -> Obj | None:
+            return khstate.record_error(
+                self.s.resources, self.check.namespace, self.check.name, errors, self.s.config.pod_name,
+                format_duration(duration), node, self.check.workload, run_uuid=self.run_uuid,
+                timeout=timeout, deadline=until)
+        try:
+            self._written = self._call("record the failure", write, until)
+        except _Skipped as e:
+            self.log.warning("Could not record the failure: %s", e)
+            return Outcome.SKIPPED, SKIP_API
+        except _Stopped:
+            return Outcome.STOPPED, ""
+        except ApiError as e:
+            self.log.error("Could not record the failure: %s", e)
+        if self._written is None:
+            self.log.info("A newer run has claimed the khstate; this run's failure is not recorded")
+        return Outcome.FAILED, ""
 
     def _run(self, deadline: float) -> None:
         ns, name = self.check.namespace, self.check.name
         # CLAIM: only this run's UUID may report from now on.
         self.phase = Phase.CLAIM
-        claimed = khstate.claim_run(self.s.resources, ns, name, self.run_uuid, self.s.config.pod_name,
-                                    self.check.workload, hint=self.s.khstates.get(ns, name))
+
+        def claim(timeout: float) -> Obj:
+            return khstate.claim_run(self.s.resources, ns, name, self.run_uuid, self.s.config.pod_name,
+                                     self.check.workload, hint=self.s.khstates.get(ns, name), timeout=timeout,
+                                     deadline=deadline)
+        try:
+            claimed = self._call("claim the run", claim, deadline)
+        except ApiError as e:
+            raise _Failed(f"failed to claim the run in its khstate: {e}") from e
         self._last_run = khstate.Spec.of(claimed).last_run
         self.log.info("Run started (timeout %s)", format_duration(self.check.timeout))
 
@@ -223,61 +363,44 @@ class Runner:
         if problem:
             raise _Failed(problem)
 
-        # CLEAR: earlier checker pods of this check must be gone before a new one starts.
         self.phase = Phase.CLEAR
-        key = self.check.key
+        self._clear(deadline)
 
-        def earlier_live() -> list[Obj]:
-            return [p for p in self.s.pods.by_index("check", key)
-                    if _live(p) and (p["metadata"].get("labels") or {}).get(RUN_ID_LABEL) != self.run_uuid]
-        stale = earlier_live()
-        for pod in stale:
-            self.log.info("Removing earlier checker pod %s", pod["metadata"]["name"])
-            try:
-                self.s.resources.evict_pod(ns, pod["metadata"]["name"])
-            except ApiError as e:  # the wait below decides; it fails the run if the pod stays
-                self.log.warning("Could not remove earlier checker pod %s: %s", pod["metadata"]["name"], e)
-        if stale and not self._wait(lambda: not earlier_live(), deadline):
-            raise _Failed(ERR_CLEANUP)
-
-        # CREATE: the name has one-second resolution; never reuse a name that still exists.
         self.phase = Phase.CREATE
-        while self.s.pods.get(ns, pod_name(name, int(self.wall()))) is not None:
-            if self.stop.wait(max(0.01, 1.0 - (self.wall() % 1.0))):
-                raise _Stopped()
-        body = build_pod(self.check, self.run_uuid, self.wall(), self.s.config.external_check_reporting_url,
-                         self.s.owner_reference(ns), deadline_unix=self._wall_start + self.check.timeout)
-        try:
-            self.pod = self.s.resources.create(PODS, ns, body)
-        except Conflict as e:
-            raise _Failed(f"failed to create checker pod {body['metadata']['name']}: {e}") from None
-        except ApiError as e:
-            raise _Failed(f"failed to create checker pod: {e}") from None
-        self.log.info("Created checker pod %s", body["metadata"]["name"])
+        self._create(deadline)
 
         # START: past Pending, or an image pull failure.
         self.phase = Phase.START
 
-        def started() -> tuple[str, Obj | None] | None:
+        seen = False
+
+        def started() -> str | None:
+            nonlocal seen
             pod = self._my_pod()
             if pod is None:
-                return ("gone", None) if self.s.pods.get(ns, body["metadata"]["name"]) is None else None
-            failure = _start_failure(pod)
-            if failure:
-                return ("pull", pod)
-            if (pod.get("status") or {}).get("phase") not in (None, "", "Pending"):
-                return ("started", pod)
-            return None
-        got = self._wait_pod_seen(started, deadline)
-        if got is None:
-            raise _Failed(ERR_RUNNING)
-        state, pod = got
-        if pod is not None:
+                return "gone" if seen else None  # not seen yet: the watch may simply be behind
+            seen = True
             self.pod = pod
+            if _start_failure(pod):
+                return "pull"
+            return None if _pending(pod) else "started"
+        state = self._wait(started, deadline)
+        if state is None:
+            self._settle(deadline)  # the deadline passed: decide on what the API server says
+            return
         if state == "gone":
-            raise _Skipped()
+            if self._read_pod(self._created_name) is None:
+                raise _Skipped(SKIP_POD_DELETED, "checker pod was removed before it started")
+            self._settle(deadline)
+            return
         if state == "pull":
-            raise _Failed(ERR_START + str(_start_failure(self.pod or {})))
+            pod = self._read_pod(self._created_name)  # confirm: never fail on the cache alone
+            failure = _start_failure(pod or {})
+            if pod is None:
+                raise _Skipped(SKIP_POD_DELETED, "checker pod was removed before it started")
+            if failure:
+                self.pod = pod
+                raise _Failed(ERR_START + failure)
 
         # REPORT: the report handler stamps our UUID on the khstate.
         self.phase = Phase.REPORT
@@ -290,16 +413,24 @@ class Runner:
                 return "gone"
             self.pod = pod
             return "ended" if not _live(pod) else None
-        state2 = self._wait(reported_or_ended, deadline)
-        if state2 != "reported" and not self._reported_confirmed():
-            if state2 == "gone":
-                raise _Skipped()
-            if state2 == "ended":
-                # Fail now rather than at the deadline, with v2's reason (alerts match on it).
+        outcome = self._wait(reported_or_ended, deadline)
+        if outcome != "reported":
+            if outcome is None or self._impaired() or self._held():
+                self._settle(deadline)  # a lagging cache may be all that stands between us and a report
+                return
+            if self._is_report(self._read_state()):
+                self.log.info("Checker pod reported (confirmed by a read; the cache was behind)")
+            elif outcome == "gone":
+                if self._read_pod(self._created_name) is None:
+                    raise _Skipped(SKIP_POD_DELETED, "checker pod was removed before it reported")
+                self._settle(deadline)
+                return
+            else:
+                # Ended without reporting: fail now rather than at the deadline, with v2's reason.
                 status = (self.pod or {}).get("status") or {}
-                self.log.warning("Checker pod %s ended (%s) without reporting in",
-                                 (self.pod or {}).get("metadata", {}).get("name"), status.get("phase"))
-            raise _Failed(ERR_REPORT)
+                self.log.warning("Checker pod %s ended (%s) without reporting in", self._created_name,
+                                 status.get("phase"))
+                raise self._fail(ERR_REPORT)
         self.log.info("Checker pod reported")
 
         # EXIT: the pod finishes (or is gone).
@@ -312,31 +443,149 @@ class Runner:
             self.pod = pod
             return not _live(pod)
         if not self._wait(exited, deadline):
-            raise _Failed(ERR_EXIT)
+            pod = self._read_pod(self._created_name)
+            if pod is not None and _live(pod):
+                raise self._fail(ERR_EXIT)
+            self.pod = pod or self.pod
+        self._record(deadline)
 
-        # RECORD: RunDuration is the real wall time of the run; Node is where the pod ran.
+    def _clear(self, deadline: float) -> None:
+        """Earlier checker pods of this check must be gone before a new one starts.
+
+        A pod stuck Terminating (a lost node, a finalizer nobody removes) is waited for once, as v2
+        did: the run that meets it fails with v2's cleanup error, so the operator hears of it. From
+        then on that pod is known stuck and later runs do not wait for it; they are not blocked
+        forever by a pod that is already being deleted (and is not live in the contract's sense).
+        """
+        ns, key = self.check.namespace, self.check.key
+        stuck = self._stuck_pods()
+
+        def earlier(pods: list[Obj]) -> list[Obj]:
+            return [p for p in pods if _live(p) and _uid(p) not in stuck
+                    and (p["metadata"].get("labels") or {}).get(RUN_ID_LABEL) != self.run_uuid]
+        stale = earlier(self.s.pods.by_index("check", key))
+        for pod in stale:
+            if _terminating(pod):
+                continue  # already told to go
+            self.log.info("Removing earlier checker pod %s", _name(pod))
+            try:
+                self.s.resources.evict_pod(ns, _name(pod), timeout=CONFIRM_TIMEOUT)
+            except ApiError as e:  # the wait below decides; it fails the run if the pod stays
+                self.log.warning("Could not remove earlier checker pod %s: %s", _name(pod), e)
+                self._api_trouble |= is_transient(e)
+        if not stale or self._wait(lambda: not earlier(self.s.pods.by_index("check", key)), deadline):
+            return
+        try:  # confirm with the API server before failing: the cache may be behind
+            items, _ = self.s.resources.list(PODS, ns, f"{CHECK_NAME_LABEL}={self.check.name}",
+                                             timeout=CONFIRM_TIMEOUT)
+        except ApiError as e:
+            self._api_trouble = True
+            raise _Skipped(SKIP_API, f"could not list the check's pods: {e}") from e
+        left = earlier(items)
+        if not left:
+            self.log.info("Earlier checker pods are gone (confirmed by a read; the cache was behind)")
+            return
+        error = self._fail(ERR_CLEANUP)
+        for pod in left:
+            if _terminating(pod) and isinstance(error, _Failed):
+                stuck.add(_uid(pod))
+                self.log.warning("Earlier checker pod %s is stuck Terminating (since %s; a lost node or a "
+                                 "finalizer?); reported once, later runs will not wait for it", _name(pod),
+                                 (pod.get("metadata") or {}).get("deletionTimestamp"))
+        raise error
+
+    def _stuck_pods(self) -> set[str]:
+        """Uids of checker pods already reported stuck Terminating (shared by the daemon's runs)."""
+        seen: set[str] | None = getattr(self.s, "stuck_terminating", None)
+        if seen is None:
+            seen = set()
+        elif len(seen) > 10000:
+            seen.clear()
+        return seen
+
+    def _create(self, deadline: float) -> None:
+        ns = self.check.namespace
+        # The name has one-second resolution; never reuse a name that still exists.
+        while self.s.pods.get(ns, pod_name(self.check.name, int(self.wall()))) is not None:
+            if self.stop.wait(max(0.01, 1.0 - (self.wall() % 1.0))):
+                raise _Stopped()
+        body = build_pod(self.check, self.run_uuid, self.wall(), self.s.config.external_check_reporting_url,
+                         self.s.owner_reference(ns), deadline_unix=self._wall_start + self.check.timeout)
+        self._created_name = str(body["metadata"]["name"])
+        attempts = 0
+
+        def create(timeout: float) -> Obj:
+            nonlocal attempts
+            attempts += 1
+            try:
+                return self.s.resources.create(PODS, ns, body, timeout=timeout)
+            except Conflict as e:
+                if attempts > 1 and e.already_exists:  # our earlier attempt went through after all
+                    pod = self.s.resources.get(PODS, ns, self._created_name, timeout=timeout)
+                    if (pod["metadata"].get("labels") or {}).get(RUN_ID_LABEL) == self.run_uuid:
+                        return pod
+                raise
+        try:
+            self.pod = self._call("create the checker pod", create, deadline)
+        except Conflict as e:
+            raise _Failed(f"failed to create checker pod {self._created_name}: {e}") from None
+        except ApiError as e:
+            raise _Failed(f"failed to create checker pod: {e}") from None
+        self.log.info("Created checker pod %s", self._created_name)
+
+    def _settle(self, deadline: float) -> None:
+        """The deadline passed (or the caches were not to be trusted): decide on fresh reads.
+
+        Reported and exited → record the result as usual; otherwise v2's reason for where the pod is
+        (a failure, or a skip if the control plane was impaired during the run).
+        """
+        remaining = deadline - self.clock()
+        if remaining > 0:  # not at the deadline yet: wait for the caches to say more first
+            if self._wait(lambda: self._reported() and (p := self._my_pod()) is not None and not _live(p), deadline):
+                self.pod = self._my_pod() or self.pod
+                self._record(deadline)
+                return
+        reported = self._reported() or self._is_report(self._read_state())
+        pod = self._read_pod(self._created_name)
+        if pod is None and not reported:
+            raise _Skipped(SKIP_POD_DELETED, "checker pod was removed before it reported")
+        if pod is not None:
+            self.pod = pod
+        if reported:
+            if pod is not None and _live(pod):
+                self.phase = Phase.EXIT
+                raise self._fail(ERR_EXIT)
+            self.log.info("Checker pod reported and exited (confirmed by reads)")
+            self._record(deadline)
+            return
+        assert pod is not None
+        if _pending(pod):
+            self.phase = Phase.START
+            failure = _start_failure(pod)
+            raise self._fail(ERR_START + failure if failure else ERR_RUNNING)
+        self.phase = Phase.REPORT
+        raise self._fail(ERR_REPORT)
+
+    def _record(self, deadline: float) -> None:
+        """RECORD: RunDuration is the real wall time of the run; Node is where the pod ran."""
         self.phase = Phase.RECORD
+        ns, name = self.check.namespace, self.check.name
         node = str(((self.pod or {}).get("spec") or {}).get("nodeName") or "")
-        duration = format_duration(self.clock() - (deadline - self.check.timeout))
-        self._written = khstate.record_result(self.s.resources, ns, name, self.run_uuid, duration, node,
-                                              self.s.config.pod_name, hint=self.s.khstates.get(ns, name))
+        duration = format_duration(self.clock() - self._started)
+        until = max(deadline, self.clock() + GRACE)
+
+        def record(timeout: float) -> Obj | None:
+            return khstate.record_result(self.s.resources, ns, name, self.run_uuid, duration, node,
+                                         self.s.config.pod_name, hint=self.s.khstates.get(ns, name),
+                                         timeout=timeout, deadline=until)
+        try:
+            self._written = self._call("record the run", record, until)
+        except (_Skipped, ApiError) as e:
+            # The report itself is stored; only RunDuration/Node are missing. Not a failure of the check.
+            self.log.warning("Could not record the run's duration and node: %s", e)
+            self._written = self.s.khstates.get(ns, name)
         self.phase = Phase.DONE
         self.log.info("Run done in %s on node %s", duration, node or "?")
-
-    def _wait_pod_seen(self, predicate: Callable[[], Any], deadline: float) -> Any:
-        """Like _wait, but a pod the cache has not seen yet is not yet 'gone'."""
-        seen = self._wait(lambda: self._my_pod() is not None or None, deadline)
-        if seen is None:
-            # Never seen by the deadline: deleted by someone before the watch caught it (skip the run),
-            # or the watch is behind (a start timeout). One read tells which.
-            try:
-                self.s.resources.get(PODS, self.check.namespace, str((self.pod or {})["metadata"]["name"]))
-            except NotFound:
-                return ("gone", None)
-            except ApiError:
-                pass
-            return None
-        return self._wait(predicate, deadline)
 
     def _forward(self, result: RunResult) -> None:
         influx = getattr(self.s, "influx", None)

@@ -25,7 +25,7 @@ logger = logging.getLogger(__name__)
 
 STOP_BUDGET = 45.0  # seconds for services.stop() inside the worker
 GRACEFUL_TIMEOUT = 55  # seconds the arbiter waits for the worker before SIGKILL
-HTTP_THREADS = 16
+HTTP_THREADS = 32  # report handling takes at most 24 (web.REPORT_SLOTS): the rest stay free for `/` and probes
 
 
 def _dual_stack() -> bool:
@@ -91,9 +91,27 @@ class Runtime:
         os.kill(os.getppid(), signal.SIGTERM)
 
     def reload(self, config: Config) -> None:
-        """Stop the running services (checks stop, Lease released) and start them on the new config."""
+        """Apply a changed config file.
+
+        Every key applies live except listenAddress and leaderElection.* (logged as needing a
+        restart, kept at their running values): checks keep running, the Lease is kept, and only the
+        parts a changed key feeds are replaced (services.reconfigure). A change of targetNamespace
+        means other caches: the services are rebuilt (checks restart, the Lease is handed over).
+        """
+        from kuberhealthy.services import needs_rebuild, needs_restart, reconfigure
         with self._lock:
+            config, restart = needs_restart(self.config, config)
+            for name in restart:
+                logger.warning("Config key %s changed; it takes effect after a restart (not applied)", name)
+            if config == self.config:
+                return
             logging.getLogger().setLevel(config.log_level.upper())
+            if self.services is not None and not needs_rebuild(self.config, config):
+                restarted = reconfigure(self.services, config)
+                self.config = config
+                logger.info("Applied the new config live (restarted: %s)", ", ".join(restarted) or "nothing")
+                return
+            logger.info("targetNamespace changed: rebuilding the caches and restarting the checks")
             self._stop_services()
             self.config = config
             try:

@@ -7,22 +7,25 @@ release the Lease → flush Influx → stop caches.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+from kuberhealthy.checkpod import APP_LABEL_VALUE, CHECK_NAME_LABEL, RUN_ID_LABEL, slim_pod
 from kuberhealthy.config import Config
 from kuberhealthy.errors import ApiError, NotFound
-from kuberhealthy.kube import KHCHECKS, KHJOBS, KHSTATES, PODS, Kube, Notifier, Obj, Reflector, Resources
+from kuberhealthy.heldreports import HeldReports
+from kuberhealthy.kube import KHCHECKS, KHJOBS, KHSTATES, PODS, Kube, Obj, Reflector, Resources
+from kuberhealthy.notify import Notifier
+from kuberhealthy.runstats import RunStats
 
 logger = logging.getLogger(__name__)
 
-CHECK_POD_SELECTOR = "app=kuberhealthy-check"
-RUN_ID_LABEL = "kuberhealthy-run-id"
-CHECK_NAME_LABEL = "kuberhealthy-check-name"
-CHECK_NAME_ANNOTATION = "comcast.github.io/check-name"
+CHECK_POD_SELECTOR = f"app={APP_LABEL_VALUE}"
+OWNER_LOOKUP_TIMEOUT = 5.0  # seconds
 
 
 def pod_uuid_index(pod: Obj) -> list[str]:
@@ -61,11 +64,14 @@ class Services:
         self.khjobs = Reflector(kube, KHJOBS, namespace=ns, notifier=self.notifier, name="kh-reflector-khjobs")
         self.pods = Reflector(kube, PODS, namespace=ns, label_selector=CHECK_POD_SELECTOR, notifier=self.notifier,
                               indexers={"uuid": pod_uuid_index, "ip": pod_ip_index, "check": pod_check_index},
-                              name="kh-reflector-pods")
+                              name="kh-reflector-pods", transform=slim_pod)
         self.reflectors = [self.khchecks, self.khstates, self.khjobs, self.pods]
         self.fatal = threading.Event()  # set when a part died unexpectedly: the process must stop
         self.on_fatal: Callable[[], None] | None = None  # called once when that happens
         self.influx: Any = None  # an InfluxForwarder when enableInflux is on
+        self.stats = RunStats()
+        self.held = HeldReports(self.resources, lambda: self.config.pod_name)
+        self.stuck_terminating: set[str] = set()  # checker pods already reported as stuck Terminating
         self._owner_lock = threading.Lock()
         self._owner: tuple[bool, Obj | None] = (False, None)  # (looked up yet, ownerReference)
         self.controller: Any = None
@@ -80,6 +86,24 @@ class Services:
         """Register something with start()/stop()/join(timeout) to run with the daemon."""
         self._parts.append(part)
 
+    def replace_part(self, old: Any, new: Any | None, timeout: float = 30.0) -> None:
+        """Stop `old` (joined) and put `new` (started, if the services run) in its place."""
+        index = self._parts.index(old)
+        old.stop()
+        old.join(timeout)
+        if new is None:
+            del self._parts[index]
+            return
+        self._parts[index] = new
+        if self._started:
+            new.start()
+
+    def insert_part(self, part: Any) -> None:
+        """Add a part that stops before the held reports but after everything else (Influx's place)."""
+        self._parts.insert(1, part)
+        if self._started:
+            part.start()
+
     # --- queries used by the web layer --------------------------------------------------------------
 
     def current_master(self) -> str:
@@ -92,26 +116,51 @@ class Services:
     def owner_reference(self, namespace: str) -> Obj | None:
         """An ownerReference to this replica's own pod, for checker pods in its namespace.
 
-        Looked up once: outside a cluster (no such pod) runs proceed without one.
+        Looked up once (outside a cluster there is no such pod, and runs proceed without one). The
+        lookup runs without holding the lock: a slow API server must not queue every run behind it.
         """
         if namespace != self.config.pod_namespace:
             return None
         with self._owner_lock:
             looked_up, owner = self._owner
-            if not looked_up:
-                try:
-                    pod = self.resources.get(PODS, self.config.pod_namespace, self.config.pod_name)
-                    meta = pod.get("metadata") or {}
-                    owner = {"apiVersion": "v1", "kind": "Pod", "name": meta.get("name"), "uid": meta.get("uid")}
-                except NotFound:
-                    owner = None
-                except ApiError as e:
-                    logger.warning("Cannot look up this replica's pod for ownerReferences: %s", e)
-                    return None
-                self._owner = (True, owner)
+        if looked_up:
             return owner
+        try:
+            pod = self.resources.get(PODS, self.config.pod_namespace, self.config.pod_name,
+                                     timeout=OWNER_LOOKUP_TIMEOUT)
+            meta = pod.get("metadata") or {}
+            owner = {"apiVersion": "v1", "kind": "Pod", "name": meta.get("name"), "uid": meta.get("uid")}
+        except NotFound:
+            owner = None
+        except ApiError as e:
+            logger.warning("Cannot look up this replica's pod for ownerReferences: %s", e)
+            return None
+        with self._owner_lock:
+            self._owner = (True, owner)
+        return owner
+
+    def read_checker_pods(self, run_uuid: str | None, ip: str | None, timeout: float) -> list[Obj]:
+        """One bounded read of the checker pods with this run uuid label (or this Running pod IP).
+
+        The report handler's fallback for a pod its cache has not seen: one label- or field-selected
+        list, only on a cache miss, never a list per report.
+        """
+        ns = self.config.target_namespace or None
+        if run_uuid:
+            items, _ = self.resources.list(PODS, ns, f"{CHECK_POD_SELECTOR},{RUN_ID_LABEL}={run_uuid}",
+                                           timeout=timeout)
+        else:
+            items, _ = self.resources.list(PODS, ns, CHECK_POD_SELECTOR, f"status.podIP={ip},status.phase=Running",
+                                           timeout=timeout)
+        return [slim_pod(o) for o in items]
+
+    def cache_status(self) -> list[tuple[str, bool, float]]:
+        """(cache, current, seconds not current) for each cache: readiness body and metrics."""
+        return [(r.plural, r.is_current(), r.stale_seconds()) for r in self.reflectors]
 
     def ready(self) -> bool:
+        """Every cache has synced once since start. It stays true through an API outage: every replica
+        shares the API server, so pulling them all out of the Service would only drop reports."""
         return all(r.synced.is_set() for r in self.reflectors)
 
     # --- lifecycle ---------------------------------------------------------------------------------
@@ -177,12 +226,38 @@ class Services:
             logger.warning("Threads still running after stop: %s", ", ".join(alive))
 
 
+INFLUX_KEYS = ("enable_influx", "influx_url", "influx_username", "influx_password", "influx_db")
+REAPER_KEYS = ("max_khjob_age", "max_check_pod_age", "max_completed_pod_count", "max_error_pod_count",
+               "state_reaper_interval", "check_reaper_run_interval")
+RESTART_KEYS = {"listen_host": "listenAddress", "listen_port": "listenAddress",
+                "leader_election": "leaderElection"}  # applied only by a restart of the process
+REBUILD_KEYS = ("target_namespace", "pod_name", "pod_namespace")  # the caches themselves change
+CHECK_KEYS = ("external_check_reporting_url",)  # what every checker pod carries: its checks restart
+
+
+def _changed(old: Config, new: Config, keys: tuple[str, ...]) -> bool:
+    return any(getattr(old, k) != getattr(new, k) for k in keys)
+
+
+def needs_restart(old: Config, new: Config) -> tuple[Config, list[str]]:
+    """`new` with the settings that only a restart applies kept at their running values, and their names."""
+    names = sorted({name for attr, name in RESTART_KEYS.items() if getattr(old, attr) != getattr(new, attr)})
+    kept = dataclasses.replace(new, listen_host=old.listen_host, listen_port=old.listen_port,
+                               leader_election=old.leader_election)
+    return kept, names
+
+
+def needs_rebuild(old: Config, new: Config) -> bool:
+    """Whether the caches must be rebuilt (services stopped and started again) to apply `new`."""
+    return _changed(old, new, REBUILD_KEYS)
+
+
 def build(config: Config, kube: Kube) -> Services:
     """Wire the whole daemon: caches, elector (or forced leader), controller, leader-only parts, Influx."""
     from kuberhealthy.controller import Controller
-    from kuberhealthy.leader import ForcedLeader, LeaderElector
 
     services = Services(config, kube)
+    services.add_part(services.held)  # stopped last of the parts: reports may arrive until the end
     if config.enable_influx:
         from kuberhealthy.influx import InfluxForwarder
         services.influx = InfluxForwarder(config)
@@ -194,16 +269,50 @@ def build(config: Config, kube: Kube) -> Services:
 
     controller = Controller(services, leader_parts)
     services.controller = controller
-    elector: Any
-    if config.enable_force_master:
-        elector = ForcedLeader(services.resources, config.pod_namespace, config.pod_name, config.leader_election,
-                               controller.became_leader, controller.lost_leadership)
-    else:
-        elector = LeaderElector(services.resources, config.pod_namespace, config.pod_name, config.leader_election,
-                                controller.became_leader, controller.lost_leadership)
-    services.elector = elector
+    services.elector = make_elector(services, config)
     # Started in this order, stopped in reverse: the controller stops its checks first, then the
     # elector releases the Lease, then Influx flushes.
-    services.add_part(elector)
+    services.add_part(services.elector)
     services.add_part(controller)
     return services
+
+
+def make_elector(services: Services, config: Config) -> Any:
+    from kuberhealthy.leader import ForcedLeader, LeaderElector
+    controller = services.controller
+    kind = ForcedLeader if config.enable_force_master else LeaderElector
+    return kind(services.resources, config.pod_namespace, config.pod_name, config.leader_election,
+                controller.became_leader, controller.lost_leadership)
+
+
+def reconfigure(services: Services, new: Config) -> list[str]:
+    """Apply a changed config to running services, in place; returns what was restarted.
+
+    The Lease is kept. Only the parts a changed key feeds are replaced: the checks (the reporting URL
+    every checker pod carries), the Influx forwarder, the reapers, the elector (enableForceMaster).
+    Callers handle needs_restart/needs_rebuild first.
+    """
+    from kuberhealthy.influx import InfluxForwarder
+    old = services.config
+    services.config = new
+    restarted: list[str] = []
+    if _changed(old, new, INFLUX_KEYS):
+        previous = services.influx
+        services.influx = InfluxForwarder(new) if new.enable_influx else None
+        if previous is not None:
+            services.replace_part(previous, services.influx)
+        elif services.influx is not None:
+            services.insert_part(services.influx)
+        restarted.append("influx")
+    if _changed(old, new, CHECK_KEYS) and services.controller is not None:
+        services.controller.restart_checks()  # running pods carry the old value: replace them
+        restarted.append("checks")
+    if _changed(old, new, REAPER_KEYS) and services.controller is not None:
+        services.controller.restart_leader_parts()
+        restarted.append("reapers")
+    if old.enable_force_master != new.enable_force_master:
+        previous = services.elector
+        services.elector = make_elector(services, new)
+        services.replace_part(previous, services.elector)  # the old one stops its checks, releases the Lease
+        restarted.append("elector")
+    return restarted

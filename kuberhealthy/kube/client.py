@@ -47,7 +47,7 @@ def load_api_client(kubeconfig: str | None = None) -> Any:
     if not cfg.verify_ssl:
         urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
     # Many threads share one pool: size it for the watches plus concurrent runs and handlers.
-    cfg.connection_pool_maxsize = 32
+    cfg.connection_pool_maxsize = 64
     # No hidden retries: urllib3's default (3, including read timeouts) would make every timeout 4x
     # longer than stated. Our callers retry where it is safe (409 loops, reflector backoff, elector).
     cfg.retries = False
@@ -126,21 +126,28 @@ class Kube:
                     line, pending = pending.split(b"\n", 1)
                     if line.strip():
                         yield line
-        except (urllib3.exceptions.HTTPError, OSError, ValueError) as e:
-            raise Unreachable(f"watch stream broke: {e}") from None
+        except (urllib3.exceptions.HTTPError, OSError, ValueError, AttributeError, RuntimeError) as e:
+            # urllib3 can also raise AttributeError/RuntimeError on a connection torn down under it
+            raise Unreachable(f"watch stream broke: {type(e).__name__}: {e}") from e
         if pending.strip():
             yield pending
 
     @staticmethod
     def shutdown_stream(raw: Any) -> None:
-        """Unblock a reader of `raw` from another thread (used on stop)."""
-        shutdown = getattr(raw, "shutdown", None)
-        try:
-            if shutdown is not None:
-                shutdown()
-            raw.close()
-        except (OSError, urllib3.exceptions.HTTPError):
-            pass
+        """Unblock a reader of `raw` from another thread (on stop), or release it after the stream ended.
+
+        Never raises: a clean-up error must not mask why the stream ended (urllib3 raises RuntimeError
+        "Cannot shutdown as connection has already been released to the pool" after a broken read, and
+        that once hid every 410 from the reflector, which then resumed from a dead resourceVersion).
+        """
+        for step in ("shutdown", "close"):
+            fn = getattr(raw, step, None)
+            if fn is None:
+                continue
+            try:
+                fn()
+            except Exception as e:  # noqa: BLE001 - clean-up only; see the docstring
+                logger.debug("watch stream %s: %s: %s", step, type(e).__name__, e)
 
     def close(self) -> None:
         self._api.close()

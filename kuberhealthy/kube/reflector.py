@@ -1,37 +1,58 @@
-"""List + watch one kind of object into an in-memory store, and wake whoever waits on it.
+"""List + watch one kind of object into an in-memory store, and wake whoever waits on a change.
 
 Why not `kubernetes.informer.SharedInformer` (client 37.x)? It cannot list custom objects (it reads
 `resp.items`, which on CustomObjectsApi's dict answer is the dict method), sets no client read
 timeout (a dead connection hangs it), has no "synced" signal for readiness, no indexes, and its
-stop() blocks until the next event arrives. This reflector adds exactly those: a server-side watch
-timeout shorter than the client read timeout, bookmarks, resume from the last resourceVersion,
-re-list on 410, backoff on errors, indexes, a `synced` event, and a stop that closes the stream.
+stop() blocks until the next event arrives.
 
-Waiting is shared through a `Notifier`: every store change calls notify_all on one Condition, so a
-check run can wait on "pod past Pending, or khstate LastRun moved, or stop" without polling.
+How a watch ends, and what follows (every way leads back to a current cache within seconds):
+  * the server's own timeout (a clean EOF)          → resume from the last resourceVersion
+  * 410 Gone (in the stream or as a status)        → re-list
+  * an ERROR event of another kind                 → re-list
+  * reset, refused, EOF mid-frame, a broken clean-up → back off (jittered, capped at BACKOFF_MAX), resume;
+                                                     after a second failure in a row, re-list
+  * a silent stream (a frozen API server keeps the TCP connection and says nothing): the server-side
+    timeout is WATCH_SECONDS (jittered) and the client's read timeout a few seconds longer, so a
+    stream that has said nothing for READ_TIMEOUT seconds is dropped and re-opened (< 30 s).
+  * an unexpected exception (a bug)                → logged, back off, re-list
+
+Freshness: the cache is *current* from a successful list or watch open until an error. While it is
+not, what it says may be old: `impaired_since(t)` tells a check run whether to trust a cache-based
+verdict that would fail it (the runner confirms with a read, or skips the run).
+
+Transform: `transform(obj)` runs on every object before it is stored (client-go's SetTransform):
+callers keep only the fields they read. managedFields are always dropped.
+
+Waking: each change notifies the topics `(plural, "key", ns/name)` and `(plural, index, value)` for
+the object's index values before and after, so only the waiters concerned wake (see notify.py).
 """
 from __future__ import annotations
 
 import builtins
 import json
 import logging
+import random
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from kuberhealthy.errors import ApiError, Gone, KuberhealthyError
 from kuberhealthy.kube.client import Kube, Obj
 from kuberhealthy.kube.resources import Resource, Resources
+from kuberhealthy.notify import Notifier, Topic
 from kuberhealthy.threads import BackgroundThread
 
 logger = logging.getLogger(__name__)
 
-T = TypeVar("T")
 Listener = Callable[[str, Obj, "Obj | None"], None]  # (event type, object, previous object)
 Indexer = Callable[[Obj], list[str]]
+Transform = Callable[[Obj], Obj]
 
-WATCH_SECONDS = 240  # server closes the watch after this; the client read timeout is longer
+WATCH_SECONDS = 20  # server closes the watch after about this (jittered up to +25%)
+READ_GRACE = 5.0  # seconds past the server's timeout before a silent stream counts as dead
+BACKOFF_FIRST = 0.2  # seconds
+BACKOFF_MAX = 2.0  # seconds: an API server back after an outage is seen within this
 
 
 def key_of(obj: Obj) -> str:
@@ -39,33 +60,15 @@ def key_of(obj: Obj) -> str:
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
-class Notifier:
-    """One Condition shared by the reflectors, so a waiter can watch several stores at once."""
+def drop_managed_fields(obj: Obj) -> Obj:
+    meta = obj.get("metadata")
+    if isinstance(meta, dict):
+        meta.pop("managedFields", None)
+    return obj
 
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
 
-    def wake(self) -> None:
-        with self._cond:
-            self._cond.notify_all()
-
-    def wait_for(self, predicate: Callable[[], T], deadline: float, stop: threading.Event | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> T | None:
-        """Block until predicate() is truthy (returned), the monotonic deadline passes or stop is set (None).
-
-        Whoever sets `stop` must call wake() so the waiter notices at once.
-        """
-        with self._cond:
-            while True:
-                value = predicate()
-                if value:
-                    return value
-                if stop is not None and stop.is_set():
-                    return None
-                remaining = deadline - clock()
-                if remaining <= 0:
-                    return None
-                self._cond.wait(remaining)
+class _WatchEnded(Exception):
+    """The stream said something that means: list again (an ERROR event other than 410)."""
 
 
 class Reflector(BackgroundThread):
@@ -74,16 +77,20 @@ class Reflector(BackgroundThread):
     def __init__(self, kube: Kube, resource: Resource, *, namespace: str | None = None,
                  label_selector: str | None = None, notifier: Notifier | None = None,
                  indexers: dict[str, Indexer] | None = None, name: str | None = None,
-                 watch_seconds: int = WATCH_SECONDS) -> None:
+                 watch_seconds: int = WATCH_SECONDS, transform: Transform | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__(name or f"kh-reflector-{resource.plural}")
         self._kube = kube
         self._res = resource
+        self.plural = resource.plural
         self._resources = Resources(kube)
         self._namespace = namespace or None
         self._selector = label_selector
         self.notifier = notifier or Notifier()
         self._indexers = dict(indexers or {})
         self._watch_seconds = watch_seconds
+        self._transform = transform
+        self._clock = clock
         self._lock = threading.Lock()
         self._store: dict[str, Obj] = {}
         self._indexes: dict[str, dict[str, set[str]]] = {n: {} for n in self._indexers}
@@ -92,6 +99,11 @@ class Reflector(BackgroundThread):
         self._stream: Any = None
         self.synced = threading.Event()
         self.failed: BaseException | None = None
+        self._current = False
+        self._impaired_at: float | None = None  # when it last stopped being current
+        self._recovered_at: float | None = None  # when it last became current again after that
+        self.relists = 0
+        self.watch_errors = 0
 
     # --- reading ---------------------------------------------------------------------------------
 
@@ -107,9 +119,50 @@ class Reflector(BackgroundThread):
         with self._lock:
             return [self._store[k] for k in self._indexes[index].get(value, ()) if k in self._store]
 
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._store)
+
     def add_listener(self, fn: Listener) -> None:
         """fn(type, obj, old) runs on the reflector thread after each change; keep it quick."""
         self._listeners.append(fn)
+
+    def topic(self, index: str, value: str) -> Topic:
+        """The topic notified when an object with this index value (or "key" ns/name) changes."""
+        return (self.plural, index, value)
+
+    # --- freshness ---------------------------------------------------------------------------------
+
+    def is_current(self) -> bool:
+        """True while the last list or watch open succeeded and no error has happened since."""
+        return self._current
+
+    def stale_seconds(self) -> float:
+        """How long the cache has not been current (0 while it is)."""
+        if self._current:
+            return 0.0
+        since = self._impaired_at
+        return 0.0 if since is None else max(0.0, self._clock() - since)
+
+    def impaired_since(self, since: float) -> bool:
+        """Whether the cache was not current at any moment from `since` (monotonic) until now."""
+        if not self._current:
+            return True
+        recovered = self._recovered_at
+        return recovered is not None and recovered >= since
+
+    def _set_current(self, current: bool) -> None:
+        if current == self._current:
+            return
+        now = self._clock()
+        self._current = current
+        if current:
+            if self._impaired_at is not None:
+                self._recovered_at = now
+                logger.info("%s: current again after %.1fs", self.name, now - self._impaired_at)
+        else:
+            self._impaired_at = now
+        self.notifier.notify_all()  # waiters that judge by freshness look again
 
     # --- lifecycle --------------------------------------------------------------------------------
 
@@ -122,30 +175,46 @@ class Reflector(BackgroundThread):
     # --- the loop ----------------------------------------------------------------------------------
 
     def _run(self) -> None:
-        backoff = 0.2
+        backoff = BACKOFF_FIRST
+        failures = 0  # consecutive failed attempts
         while not self._stop.is_set():
             try:
                 if self._rv is None:
                     self._relist()
-                self._watch()
-                backoff = 0.2
+                if self._watch():
+                    backoff, failures = BACKOFF_FIRST, 0
+                    continue
+                failures += 1  # ended at once with nothing said: not a healthy stream; back off
+                logger.debug("%s: watch ended at once; retrying in %.1fs", self.name, backoff)
             except Gone:
                 logger.info("%s: resourceVersion expired; re-listing", self.name)
                 self._rv = None
+                continue
+            except _WatchEnded as e:
+                logger.info("%s: %s; re-listing", self.name, e)
+                self._rv = None
+                continue
             except (ApiError, KuberhealthyError, ValueError) as e:
                 if self._stop.is_set():
                     break
+                failures += 1
+                self.watch_errors += 1
                 logger.warning("%s: %s; retrying in %.1fs", self.name, e, backoff)
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, 10.0)
-            except Exception:  # a bug: log it, back off, keep the cache alive
-                logger.exception("%s: unexpected error; retrying in %.1fs", self.name, backoff)
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, 10.0)
+            except Exception:  # a bug: log it, back off, start over from a fresh list
+                if self._stop.is_set():
+                    break
+                failures += 2
+                self.watch_errors += 1
+                logger.exception("%s: unexpected error; re-listing in %.1fs", self.name, backoff)
+            self._set_current(False)
+            if failures >= 2:
+                self._rv = None  # whatever went wrong twice, a fresh list is the safe way back
+            self._stop.wait(backoff * (0.5 + random.random() / 2))
+            backoff = min(backoff * 2, BACKOFF_MAX)
 
     def _relist(self) -> None:
         items, rv = self._resources.list(self._res, self._namespace, self._selector)
-        fresh = {key_of(o): o for o in items}
+        fresh = {key_of(o): self._prepare(o) for o in items}
         with self._lock:
             old = self._store
             self._store = fresh
@@ -153,6 +222,7 @@ class Reflector(BackgroundThread):
             for k, o in fresh.items():
                 self._index_add(k, o)
         self._rv = rv
+        self.relists += 1
         for k, o in old.items():
             if k not in fresh:
                 self._emit("DELETED", o, o)
@@ -164,22 +234,33 @@ class Reflector(BackgroundThread):
                     "resourceVersion"):
                 self._emit("MODIFIED", o, prev)
         self.synced.set()
-        self.notifier.wake()
+        self._set_current(True)
+        self.notifier.notify_all()
 
-    def _watch(self) -> None:
+    def _prepare(self, obj: Obj) -> Obj:
+        obj = drop_managed_fields(obj)
+        return self._transform(obj) if self._transform is not None else obj
+
+    def _watch(self) -> bool:
+        """One watch until it ends; False when it ended at once without a single frame."""
+        seconds = int(self._watch_seconds * (1 + random.random() / 4))
         query: dict[str, Any] = {"watch": "true", "allowWatchBookmarks": "true",
-                                 "timeoutSeconds": self._watch_seconds, "resourceVersion": self._rv or ""}
+                                 "timeoutSeconds": seconds, "resourceVersion": self._rv or ""}
         if self._selector:
             query["labelSelector"] = self._selector
-        raw = self._kube.open_stream(self._res.path(self._namespace), query, self._watch_seconds + 30.0)
+        raw = self._kube.open_stream(self._res.path(self._namespace), query, seconds + READ_GRACE)
         self._stream = raw
+        opened, frames = self._clock(), 0
         try:
             if self._stop.is_set():
-                return
+                return True
+            self._set_current(True)
             for line in self._kube.iter_lines(raw):
                 if self._stop.is_set():
-                    return
+                    return True
+                frames += 1
                 self._apply(json.loads(line))
+            return frames > 0 or self._clock() - opened >= 1.0
         finally:
             self._stream = None
             self._kube.shutdown_stream(raw)
@@ -191,12 +272,15 @@ class Reflector(BackgroundThread):
             code = int(obj.get("code") or 0)
             if code == 410:
                 raise Gone(str(obj.get("message") or "resourceVersion too old"))
-            raise ApiError(f"watch error {code}: {obj.get('message')}", status=code)
+            raise _WatchEnded(f"watch error {code}: {obj.get('message')}")
         rv = (obj.get("metadata") or {}).get("resourceVersion")
         if etype == "BOOKMARK":
             if rv:
                 self._rv = rv
             return
+        if etype not in ("ADDED", "MODIFIED", "DELETED"):
+            raise _WatchEnded(f"unexpected watch event type {etype!r}")
+        obj = self._prepare(obj)
         key = key_of(obj)
         with self._lock:
             prev = self._store.get(key)
@@ -210,7 +294,15 @@ class Reflector(BackgroundThread):
         if rv:
             self._rv = rv
         self._emit(str(etype), obj, prev)
-        self.notifier.wake()
+        self.notifier.notify(self._topics(key, obj, prev))
+
+    def _topics(self, key: str, obj: Obj, prev: Obj | None) -> set[Topic]:
+        topics: set[Topic] = {(self.plural, "key", key)}
+        for name, fn in self._indexers.items():
+            for o in (obj, prev):
+                if o is not None:
+                    topics.update((self.plural, name, v) for v in fn(o))
+        return topics
 
     def _index_add(self, key: str, obj: Obj) -> None:
         for name, fn in self._indexers.items():

@@ -9,11 +9,12 @@ import copy
 import logging
 import random
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kuberhealthy.errors import ApiError, Conflict, NotFound
+from kuberhealthy.errors import ApiError, Conflict, NotFound, Unreachable, is_transient
 from kuberhealthy.kube.client import READ_TIMEOUT, Kube, Obj
 
 logger = logging.getLogger(__name__)
@@ -63,7 +64,7 @@ class Resources:
         return dict(self.kube.request("GET", res.path(namespace, name), timeout=timeout))
 
     def list(self, res: Resource, namespace: str | None = None, label_selector: str | None = None,
-             field_selector: str | None = None) -> tuple[list[Obj], str]:
+             field_selector: str | None = None, timeout: float = READ_TIMEOUT) -> tuple[list[Obj], str]:
         """All objects (following `continue` pages) and the list's resourceVersion."""
         items: list[Obj] = []
         query: dict[str, Any] = {"limit": 500}
@@ -72,7 +73,7 @@ class Resources:
         if field_selector:
             query["fieldSelector"] = field_selector
         while True:
-            doc = self.kube.request("GET", res.path(namespace), query=query)
+            doc = self.kube.request("GET", res.path(namespace), query=query, timeout=timeout)
             items.extend(doc.get("items") or [])
             meta = doc.get("metadata") or {}
             if not meta.get("continue"):
@@ -91,7 +92,7 @@ class Resources:
                                       content_type="application/merge-patch+json"))
 
     def delete(self, res: Resource, namespace: str, name: str, grace_seconds: int | None = None,
-               uid: str | None = None) -> bool:
+               uid: str | None = None, timeout: float = READ_TIMEOUT) -> bool:
         """Delete; False when it was already gone. `uid` guards against deleting a same-named successor."""
         body: Obj = {"apiVersion": "v1", "kind": "DeleteOptions"}
         if grace_seconds is not None:
@@ -99,35 +100,40 @@ class Resources:
         if uid:
             body["preconditions"] = {"uid": uid}
         try:
-            self.kube.request("DELETE", res.path(namespace, name), body=body)
+            self.kube.request("DELETE", res.path(namespace, name), body=body, timeout=timeout)
             return True
         except NotFound:
             return False
         except Conflict:  # uid precondition failed: the pod we meant is gone
             return False
 
-    def evict_pod(self, namespace: str, name: str) -> str:
+    def evict_pod(self, namespace: str, name: str, timeout: float = READ_TIMEOUT) -> str:
         """Evict a pod, falling back from policy/v1 to policy/v1beta1 to a plain delete.
 
-        Returns how it went: "evicted", "deleted" or "gone".
+        Returns how it went: "evicted", "deleted" or "gone". An unreachable API server ends the
+        sequence at once (raised): the fallbacks are for servers that refuse a version, not for
+        servers that are away, where each would only wait out its own timeout.
         """
         for version in ("policy/v1", "policy/v1beta1"):
             body = {"apiVersion": version, "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
             try:
-                self.kube.request("POST", PODS.path(namespace, name, "eviction"), body=body)
+                self.kube.request("POST", PODS.path(namespace, name, "eviction"), body=body, timeout=timeout)
                 return "evicted"
             except NotFound:
                 # The eviction subresource is served everywhere; an unknown body version is a 4xx/5xx
                 # other than 404, so a 404 means the pod itself is gone.
                 return "gone"
             except ApiError as e:
+                if is_transient(e) and e.status in (0, 503, 504):
+                    raise
                 logger.debug("Eviction as %s failed for %s/%s: %s", version, namespace, name, e)
-        return "deleted" if self.delete(PODS, namespace, name) else "gone"
+        return "deleted" if self.delete(PODS, namespace, name, timeout=timeout) else "gone"
 
     def update_with_retry(self, res: Resource, namespace: str, name: str,
                           mutate: Callable[[Obj | None], Obj | None],
                           stop: threading.Event | None = None, attempts: int = 8,
-                          hint: Obj | None = None) -> Obj | None:
+                          hint: Obj | None = None, timeout: float = READ_TIMEOUT,
+                          deadline: float | None = None) -> Obj | None:
         """Read-modify-write with optimistic concurrency.
 
         `mutate` gets the current object (None if missing) and returns the object to write (a fresh
@@ -136,16 +142,27 @@ class Resources:
 
         `hint` is a copy of the object from a watch cache: the first attempt starts from it instead
         of a GET (its resourceVersion makes a stale hint a harmless 409 and a re-read).
+
+        Each request waits at most `timeout` seconds, and none starts after the monotonic `deadline`.
+        Errors other than 409 are raised to the caller, which knows whether a retry makes sense.
         """
         waiter = stop or threading.Event()
         delay = 0.02
+
+        def budget() -> float:
+            if deadline is None:
+                return timeout
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise Unreachable(f"gave up writing {res.plural} {namespace}/{name}: out of time")
+            return min(timeout, max(0.2, left))
         for attempt in range(attempts):
             current: Obj | None
             if attempt == 0 and hint is not None:
                 current = copy.deepcopy(hint)
             else:
                 try:
-                    current = self.get(res, namespace, name)
+                    current = self.get(res, namespace, name, timeout=budget())
                 except NotFound:
                     current = None
             desired = mutate(current)
@@ -153,8 +170,8 @@ class Resources:
                 return current
             try:
                 if current is None:
-                    return self.create(res, namespace, desired)
-                return self.replace(res, namespace, name, desired)
+                    return self.create(res, namespace, desired, timeout=budget())
+                return self.replace(res, namespace, name, desired, timeout=budget())
             except Conflict:
                 logger.debug("Conflict writing %s %s/%s (attempt %d); retrying", res.plural, namespace, name,
                              attempt + 1)

@@ -6,7 +6,8 @@ khstate.record_report; nothing here schedules checks, talks to the Lease or list
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from typing import Any
 
 from flask import Flask, Response, current_app
@@ -17,7 +18,8 @@ from kuberhealthy.metrics import make_registry
 from kuberhealthy.services import Services
 from kuberhealthy.state import StatusCache
 
-CALLER_WAIT = 2.5  # seconds a report waits for its pod to show up in the pod cache
+CALLER_WAIT = 0.8  # seconds a report waits for its pod to show up in the pod cache (then: one read)
+REPORT_SLOTS = 24  # reports handled at once; the web server's other threads stay free for `/` and probes
 EXTENSION = "kuberhealthy"
 
 
@@ -29,6 +31,7 @@ class WebContext:
     status: StatusCache
     registry: CollectorRegistry
     caller_wait: float
+    report_slots: threading.BoundedSemaphore = field(default_factory=lambda: threading.BoundedSemaphore(REPORT_SLOTS))
 
 
 def context() -> WebContext:
@@ -59,7 +62,8 @@ def create_app(services: Services, *, caller_wait: float = CALLER_WAIT) -> Flask
 
     app = Flask(__name__)
     cache = StatusCache(services.khstates, services.khjobs).attach()
-    registry = make_registry(cache.summary, services.current_master, services.config.prom_metrics)
+    registry = make_registry(cache.summary, services.current_master, lambda: services.config.prom_metrics,
+                             services.cache_status, services.stats.collectors())
     app.extensions[EXTENSION] = WebContext(services=services, status=cache, registry=registry,
                                            caller_wait=caller_wait)
     app.register_blueprint(status.bp)

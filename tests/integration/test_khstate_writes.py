@@ -49,3 +49,15 @@ def test_an_execution_error_keeps_the_current_uuid(res: Resources, namespace: st
     assert (spec.uuid, spec.ok, spec.errors, spec.run_duration, spec.node) == (
         "run-1", False, ("Check execution error: x",), "2s", "n1")
     assert spec.last_run is not None
+
+
+def test_a_late_run_never_records_its_error_over_the_run_that_followed_it(res: Resources, namespace: str) -> None:
+    khstate.claim_run(res, namespace, "c", "run-1", "kh-0")
+    khstate.claim_run(res, namespace, "c", "run-2", "kh-0")
+    before = res.get(KHSTATES, namespace, "c")
+    assert khstate.record_error(res, namespace, "c", ["Check execution error: late"], "kh-0",
+                                run_uuid="run-1") is None
+    after = res.get(KHSTATES, namespace, "c")
+    assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    assert khstate.record_error(res, namespace, "c", ["Check execution error: now"], "kh-0",
+                                run_uuid="run-2") is not None

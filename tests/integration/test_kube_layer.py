@@ -95,11 +95,13 @@ def test_a_waiter_wakes_on_the_change_it_waits_for(res: Resources, namespace: st
     try:
         assert r.synced.wait(10)
         threading.Timer(0.2, lambda: res.create(KHCHECKS, namespace, khcheck("late"))).start()
-        got = notifier.wait_for(lambda: r.get(namespace, "late"), deadline=time.monotonic() + 20)
+        with notifier.waiter(r.topic("key", f"{namespace}/late")) as waiter:
+            got = waiter.wait_for(lambda: r.get(namespace, "late"), deadline=time.monotonic() + 20)
         assert got is not None
         stop = threading.Event()
-        threading.Timer(0.1, lambda: (stop.set(), notifier.wake())).start()
-        assert notifier.wait_for(lambda: None, deadline=time.monotonic() + 30, stop=stop) is None
+        with notifier.waiter() as waiter:
+            threading.Timer(0.1, lambda: (stop.set(), waiter.wake())).start()
+            assert waiter.wait_for(lambda: None, deadline=time.monotonic() + 30, stop=stop) is None
     finally:
         r.stop()
         r.join(10)

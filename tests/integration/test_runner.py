@@ -139,7 +139,7 @@ def test_stopping_a_check_mid_run_ends_the_run_and_removes_its_pod(daemon: InPro
     t.start()
     wait_for(lambda: running_pod(daemon, namespace), what="running checker pod")
     stop.set()
-    daemon.services.notifier.wake()
+    daemon.services.notifier.notify_all()
     t.join(30)
     assert box["r"].outcome is Outcome.STOPPED
     wait_for(lambda: not daemon.services.resources.list(PODS, namespace)[0], what="pod removed")
@@ -160,10 +160,8 @@ def test_the_created_pod_carries_every_injected_env_var_label_and_annotation(
         daemon: InProcessDaemon, namespace: str) -> None:
     check = spec(namespace, "kh-sim/ok", env={"KH_RUN_UUID": "user-value", "OWN": "1"},
                  extraLabels={"team": "sre"}, extraAnnotations={"note": "x"})
-    seen: list[dict[str, Any]] = []
-    daemon.services.pods.add_listener(lambda t, o, _p: t == "ADDED" and seen.append(o))
     result = run(daemon, check)
-    pod = seen[0]
+    pod = daemon.services.resources.get(PODS, namespace, result.pod)  # as created (the cache keeps less)
     meta, pspec = pod["metadata"], pod["spec"]
     assert meta["name"].startswith("probe-") and meta["name"][len("probe-"):].isdigit()
     assert meta["labels"] == {"kuberhealthy-run-id": result.run_uuid, "kuberhealthy-check-name": "probe",

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 from flask import Flask
 
-from kuberhealthy.errors import Unreachable
+from kuberhealthy.errors import Forbidden, Unreachable
 from kuberhealthy.services import Services
 from kuberhealthy.web.reportbody import MAX_BODY
 from tests.harness.wait import wait_for
@@ -235,19 +235,67 @@ def test_a_report_waits_briefly_for_a_pod_the_cache_has_not_seen_yet(server: Ser
     assert result.get("status") == 200, result
 
 
-def test_when_storing_fails_the_answer_is_500(server: Server, maker: PodMaker,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_when_storing_fails_for_a_lasting_reason_the_answer_is_500(server: Server, maker: PodMaker,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     run = new_uuid()
     maker.khstate("broken", run)
     pod = maker.pod("broken", run)
 
     def fail(*_a: object, **_k: object) -> None:
-        raise Unreachable("PUT khstates: connection refused")
+        raise Forbidden("PUT khstates: forbidden")
 
     monkeypatch.setattr("kuberhealthy.web.report.record_report", fail)
     answer = post_report(server, OK, run_uuid=run, source_ip=pod.ip)
     assert answer.status == 500
     assert "failed to store check state for broken" in answer.text
+
+
+def test_a_report_the_api_cannot_store_now_is_accepted_held_and_written_when_it_answers(
+        server: Server, maker: PodMaker, services: Services, monkeypatch: pytest.MonkeyPatch) -> None:
+    run = new_uuid()
+    before = maker.khstate("later", run)
+    pod = maker.pod("later", run)
+
+    def away(*_a: object, **_k: object) -> None:
+        raise Unreachable("PUT khstates: connection refused")
+
+    monkeypatch.setattr("kuberhealthy.web.report.record_report", away)
+    answer = post_report(server, {"OK": False, "Errors": ["disk full"]}, run_uuid=run, source_ip=pod.ip)
+    assert answer.status == 200  # the checker must not spend its deadline retrying
+    assert services.held.holds(run)
+    assert rv(maker.get_khstate("later")) == rv(before)  # nothing written yet
+    assert services.held.flush_once()  # the API answers again: the held report is written
+    spec = maker.get_khstate("later")["spec"]
+    assert spec["OK"] is False and spec["Errors"] == ["disk full"] and spec["LastRun"]
+    assert not services.held.holds(run)
+
+
+def test_a_pod_the_cache_never_saw_is_found_by_one_read(server: Server, maker: PodMaker,
+                                                         services: Services) -> None:
+    services.pods.stop()  # the cache stops following: only the fallback read can find the pod
+    services.pods.join(10)
+    run = new_uuid()
+    maker.khstate("unseen", run)
+    pod = maker.pod("unseen", run, wait=False)
+    assert services.pods.get(maker.namespace, pod.name) is None
+    answer = post_report(server, OK, run_uuid=run, source_ip=pod.ip)
+    assert answer.status == 200, answer.text
+    assert maker.get_khstate("unseen")["spec"].get("LastRun")
+
+
+def test_when_the_caller_cannot_be_looked_up_the_answer_is_503_with_retry_after(
+        server: Server, maker: PodMaker, services: Services, monkeypatch: pytest.MonkeyPatch) -> None:
+    run = new_uuid()
+    before = maker.khstate("dark", run)
+
+    def away(*_a: object, **_k: object) -> list[object]:
+        raise Unreachable("GET pods: connection refused")
+
+    monkeypatch.setattr(services, "read_checker_pods", away)
+    answer = post_report(server, OK, run_uuid=run, source_ip=next_pod_ip())
+    assert answer.status == 503 and answer.headers.get("retry-after")
+    assert one_line(answer.text)
+    assert rv(maker.get_khstate("dark")) == rv(before)
 
 
 def test_each_report_logs_one_info_line_with_a_request_id_and_no_body(server: Server, maker: PodMaker,

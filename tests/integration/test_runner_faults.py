@@ -1,0 +1,103 @@
+"""A run under control-plane trouble: transient API errors are retried, never recorded as check failures;
+a pod stuck Terminating does not block the next run; a run the API made impossible is skipped."""
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from kuberhealthy import khstate
+from kuberhealthy.errors import ServerError, Unreachable
+from kuberhealthy.kube import KHJOBS, KHSTATES, PODS
+from kuberhealthy.runner import Outcome, Runner
+from kuberhealthy.runstats import SKIP_API
+from tests.harness.cluster import TestCluster
+from tests.harness.daemon import InProcessDaemon
+from tests.harness.wait import wait_for
+from tests.integration.test_runner import spec, state
+
+
+@pytest.fixture
+def daemon(cluster: TestCluster, namespace: str, kubelet: Any) -> Iterator[InProcessDaemon]:
+    d = InProcessDaemon(cluster, namespace).start()
+    yield d
+    d.stop()
+
+
+def flaky(fn: Callable[..., Any], failures: int, error: Exception) -> Callable[..., Any]:
+    """fn, failing its first `failures` calls with `error` (as an API server that restarts would)."""
+    box = {"left": failures}
+
+    def call(*a: Any, **k: Any) -> Any:
+        if box["left"] > 0:
+            box["left"] -= 1
+            raise error
+        return fn(*a, **k)
+    return call
+
+
+def test_api_errors_at_claim_create_and_record_are_retried_and_the_run_succeeds(
+        daemon: InProcessDaemon, namespace: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    res = daemon.services.resources
+    monkeypatch.setattr(res, "replace", flaky(res.replace, 2, Unreachable("PUT: connection refused")))
+    monkeypatch.setattr(res, "create", flaky(res.create, 1, ServerError("POST: 503", status=503)))
+    result = Runner(daemon.services, spec(namespace, "kh-sim/ok"), threading.Event()).run()
+    assert result.outcome is Outcome.REPORTED, result
+    s = state(daemon, namespace)
+    assert s.ok is True and s.errors == () and s.run_duration
+
+
+def test_a_run_the_api_server_makes_impossible_is_skipped_not_failed(
+        daemon: InProcessDaemon, namespace: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    Runner(daemon.services, spec(namespace, "kh-sim/ok"), threading.Event()).run()  # a good result first
+    res = daemon.services.resources
+    monkeypatch.setattr(res, "create", flaky(res.create, 10**6, Unreachable("POST: connection refused")))
+    result = Runner(daemon.services, spec(namespace, "kh-sim/ok", timeout="3s"), threading.Event()).run()
+    assert result.outcome is Outcome.SKIPPED and result.skip_reason == SKIP_API
+    s = state(daemon, namespace)
+    assert s.ok is True and s.errors == ()  # the last real result stands
+    assert daemon.services.stats.skipped_count(SKIP_API) == 1
+
+
+def test_a_checker_pod_stuck_terminating_does_not_block_the_next_run(
+        cluster: TestCluster, daemon: InProcessDaemon, namespace: str) -> None:
+    # A pod on a node that is gone: deleted, but nobody ever confirms it (no kubelet): Terminating forever.
+    lost = {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "probe-1", "namespace": namespace,
+                         "labels": {"app": "kuberhealthy-check", "kuberhealthy-check-name": "probe",
+                                    "kuberhealthy-run-id": "old-run"}},
+            "spec": {"nodeName": "lost-node", "restartPolicy": "Never",
+                     "containers": [{"name": "main", "image": "kh-sim/ok"}]}}
+    cluster.request("POST", PODS.path(namespace), lost)
+    cluster.request("PATCH", PODS.path(namespace, "probe-1", "status"), {"status": {"phase": "Running"}},
+                    content_type="application/merge-patch+json")
+    cluster.request("DELETE", PODS.path(namespace, "probe-1"), {"gracePeriodSeconds": 300})
+    wait_for(lambda: (daemon.services.pods.get(namespace, "probe-1") or {}).get("metadata", {})
+             .get("deletionTimestamp"), what="the lost pod Terminating in the cache")
+    first = Runner(daemon.services, spec(namespace, "kh-sim/ok", timeout="3s"), threading.Event()).run()
+    assert first.outcome is Outcome.FAILED  # reported once, with v2's reason
+    assert state(daemon, namespace).errors == (
+        f"Check execution error: {namespace}/probe: failed to see pod cleanup within timeout",)
+    for _ in range(2):
+        result = Runner(daemon.services, spec(namespace, "kh-sim/ok"), threading.Event()).run()
+        assert result.outcome is Outcome.REPORTED, result
+    assert state(daemon, namespace).ok is True
+    assert len(daemon.services.stuck_terminating) == 1
+
+
+def test_a_khjob_left_running_by_a_previous_leader_is_run_again(
+        cluster: TestCluster, namespace: str, kubelet: Any) -> None:
+    job = {"apiVersion": "comcast.github.io/v1", "kind": "KuberhealthyJob", "metadata": {"name": "orphaned"},
+           "spec": {"phase": "Running", "timeout": "30s",
+                    "podSpec": {"containers": [{"name": "main", "image": "kh-sim/ok"}]}}}
+    cluster.request("POST", KHJOBS.path(namespace), job)
+    d = InProcessDaemon(cluster, namespace).start()
+    try:
+        wait_for(lambda: cluster.request("GET", KHJOBS.path(namespace, "orphaned"))["spec"].get("phase")
+                 == "Completed", 60, what="the orphaned job finished by the new leader")
+        s = khstate.Spec.of(cluster.request("GET", KHSTATES.path(namespace, "orphaned")))
+        assert s.ok is True and s.last_run
+    finally:
+        d.stop()
