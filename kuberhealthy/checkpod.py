@@ -6,6 +6,7 @@ them by, the annotation the report handler verifies.
 from __future__ import annotations
 
 import copy
+import sys
 from typing import Any
 
 from kuberhealthy.checks import CheckSpec
@@ -73,6 +74,15 @@ def _pick(src: Any, keys: tuple[str, ...]) -> dict[str, Any]:
     return {k: src[k] for k in keys if isinstance(src, dict) and k in src}
 
 
+def _interned(value: Any) -> Any:
+    """Repeated short strings (namespaces, phases, node names, label values) stored once, not per pod."""
+    return sys.intern(value) if isinstance(value, str) and len(value) <= 64 else value
+
+
+def _interned_map(mapping: Any) -> dict[str, Any]:
+    return {sys.intern(str(k)): _interned(v) for k, v in mapping.items()} if isinstance(mapping, dict) else {}
+
+
 _KEPT_ENV = (KH_RUN_UUID, KH_CHECK_RUN_DEADLINE)
 
 
@@ -81,30 +91,42 @@ def slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
 
     A kept checker pod is ~5-10 KB on the wire (managedFields, the whole podSpec, conditions); with
     thousands of checks and several kept pods each, the cache would hold mostly bytes nobody reads.
-    Kept: identity and times, our labels, the check-name annotation, per container its name and
-    KH_RUN_UUID and KH_CHECK_RUN_DEADLINE env (the report handler's), nodeName/hostNetwork, and the status fields the
-    runner, the report handler and the reaper decide on.
+    Kept: identity and times, labels, the check-name annotation, per container its name and
+    KH_RUN_UUID and KH_CHECK_RUN_DEADLINE env (the report handler's), nodeName/hostNetwork, and the
+    status fields the runner, the report handler and the reaper decide on (of the conditions only
+    the latest transition time, the reaper's fallback for a pod's finish time).
     """
     meta = pod.get("metadata") or {}
-    slim_meta = _pick(meta, ("name", "namespace", "uid", "resourceVersion", "creationTimestamp",
-                             "deletionTimestamp", "labels"))
+    slim_meta = _pick(meta, ("name", "uid", "resourceVersion", "creationTimestamp", "deletionTimestamp"))
+    slim_meta["namespace"] = _interned(meta.get("namespace"))
+    slim_meta["labels"] = _interned_map(meta.get("labels"))
     annotations = meta.get("annotations") or {}
     if CHECK_NAME_ANNOTATION in annotations:
-        slim_meta["annotations"] = {CHECK_NAME_ANNOTATION: annotations[CHECK_NAME_ANNOTATION]}
+        slim_meta["annotations"] = {CHECK_NAME_ANNOTATION: _interned(annotations[CHECK_NAME_ANNOTATION])}
     spec = pod.get("spec") or {}
-    containers = [{"name": c.get("name"),
+    containers = [{"name": _interned(c.get("name")),
                    "env": [e for e in c.get("env") or [] if isinstance(e, dict) and e.get("name") in _KEPT_ENV]}
                   for c in spec.get("containers") or [] if isinstance(c, dict)]
-    slim_spec: dict[str, Any] = {"containers": containers, **_pick(spec, ("nodeName", "hostNetwork"))}
+    slim_spec: dict[str, Any] = {"containers": containers}
+    if spec.get("nodeName"):
+        slim_spec["nodeName"] = _interned(spec["nodeName"])
+    if spec.get("hostNetwork"):
+        slim_spec["hostNetwork"] = True
     status = pod.get("status") or {}
-    slim_status = _pick(status, ("phase", "podIP", "podIPs", "hostIP", "startTime", "reason"))
-    if status.get("conditions"):
-        slim_status["conditions"] = [_pick(c, ("type", "status", "lastTransitionTime"))
-                                     for c in status["conditions"] if isinstance(c, dict)]
+    slim_status = {k: _interned(v) for k, v in _pick(status, ("phase", "podIP", "hostIP", "startTime",
+                                                               "reason")).items()}
+    ips = [i for i in status.get("podIPs") or [] if isinstance(i, dict) and i.get("ip") != status.get("podIP")]
+    if ips:
+        slim_status["podIPs"] = [_pick(i, ("ip",)) for i in ips]
+    times = [str(c["lastTransitionTime"]) for c in status.get("conditions") or []
+             if isinstance(c, dict) and c.get("lastTransitionTime")]
+    if times:
+        slim_status["conditions"] = [{"lastTransitionTime": max(times)}]
     if status.get("containerStatuses"):
         slim_status["containerStatuses"] = [
-            {"name": cs.get("name"), "state": {
-                kind: _pick(detail, ("reason", "finishedAt", "exitCode"))
+            {"state": {
+                sys.intern(str(kind)): {k: _interned(v) for k, v in
+                                        _pick(detail, ("reason", "finishedAt", "exitCode")).items()}
                 for kind, detail in (cs.get("state") or {}).items() if isinstance(detail, dict)}}
             for cs in status["containerStatuses"] if isinstance(cs, dict)]
     return {"metadata": slim_meta, "spec": slim_spec, "status": slim_status}

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
+import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.parse import urlencode
@@ -31,6 +33,8 @@ Obj = dict[str, Any]
 USER_AGENT = f"kuberhealthy/{__version__}"
 CONNECT_TIMEOUT = 5.0  # seconds
 READ_TIMEOUT = 15.0  # seconds, for ordinary (non-watch) requests
+POOL_SIZE = 64  # kept connections to the API server
+IN_FLIGHT = 48  # ordinary requests at once; the rest of the pool is for watch streams
 
 
 def load_api_client(kubeconfig: str | None = None) -> Any:
@@ -47,7 +51,7 @@ def load_api_client(kubeconfig: str | None = None) -> Any:
     if not cfg.verify_ssl:
         urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
     # Many threads share one pool: size it for the watches plus concurrent runs and handlers.
-    cfg.connection_pool_maxsize = 64
+    cfg.connection_pool_maxsize = POOL_SIZE
     # No hidden retries: urllib3's default (3, including read timeouts) would make every timeout 4x
     # longer than stated. Our callers retry where it is safe (409 loops, reflector backoff, elector).
     cfg.retries = False
@@ -72,8 +76,12 @@ def _status_error(status: int, body: bytes) -> ApiError:
 class Kube:
     """A thin JSON REST client over the official ApiClient."""
 
-    def __init__(self, api_client: Any) -> None:
+    def __init__(self, api_client: Any, in_flight: int = IN_FLIGHT) -> None:
         self._api = api_client
+        # Back-pressure: past the pool's size urllib3 opens a new connection per request and throws it
+        # away (a TLS handshake each), which turns a slow API server into a CPU storm. Waiting for a
+        # slot, within the request's own timeout, keeps every request on a kept connection.
+        self._slots = threading.BoundedSemaphore(in_flight)
 
     @classmethod
     def connect(cls, kubeconfig: str | None = None) -> Kube:
@@ -99,11 +107,18 @@ class Kube:
     def request(self, method: str, path: str, *, query: Mapping[str, Any] | None = None, body: Any = None,
                 content_type: str | None = None, timeout: float = READ_TIMEOUT) -> Any:
         """One request; returns the decoded JSON body (None when empty). Raises ApiError subclasses."""
-        resp = self._send(method, path, query, body, content_type, (min(CONNECT_TIMEOUT, timeout), timeout))
+        started = time.monotonic()
+        if not self._slots.acquire(timeout=timeout):
+            raise Unreachable(f"{method} {path}: no free connection within {timeout:.1f}s (API server slow)")
         try:
-            data = resp.read()
-        except (urllib3.exceptions.HTTPError, OSError) as e:
-            raise Unreachable(f"{method} {path}: {e}") from None
+            left = max(0.1, timeout - (time.monotonic() - started))
+            resp = self._send(method, path, query, body, content_type, (min(CONNECT_TIMEOUT, left), left))
+            try:
+                data = resp.read()
+            except (urllib3.exceptions.HTTPError, OSError) as e:
+                raise Unreachable(f"{method} {path}: {e}") from e
+        finally:
+            self._slots.release()
         if resp.status >= 400:
             raise _status_error(resp.status, data)
         return json.loads(data) if data else None
