@@ -54,7 +54,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import IO, Any
 
 __all__ = [
@@ -256,6 +256,7 @@ class Reporter:
     debug: bool = False
     clock: Callable[[], float] = time.time
     sleep: Callable[[float], None] = time.sleep
+    _retry_after: float | None = field(default=None, init=False, repr=False)  # from the last answer
 
     def __post_init__(self) -> None:
         if self.backoff_base <= 0 or self.backoff_max < self.backoff_base:
@@ -289,8 +290,9 @@ class Reporter:
     def send(self, ok: bool, errors: Sequence[str]) -> None:
         """POST the report; return once Kuberhealthy accepted it (2xx).
 
-        Raises ReportRejectedError on a 3xx/4xx (no retry) and ReportNotDeliveredError when connection
-        errors or 5xx answers lasted until the deadline. At least one attempt is always made.
+        Raises ReportRejectedError on a 3xx/4xx other than 429 (no retry) and ReportNotDeliveredError
+        when connection errors, 5xx or 429 answers lasted until the deadline (a `Retry-After` is
+        honoured). At least one attempt is always made.
         """
         body = encode_report(ok, errors)
         give_up_at = self.deadline if self.deadline is not None else self.clock() + self.retry_window
@@ -301,6 +303,7 @@ class Reporter:
             attempt += 1
             remaining = give_up_at - self.clock()
             timeout = min(self.request_timeout, max(remaining, _MIN_ATTEMPT_TIMEOUT))
+            self._retry_after = None
             error = self._attempt(body, timeout)
             if error is None:
                 logger.debug("report accepted on attempt %d", attempt)
@@ -308,7 +311,10 @@ class Reporter:
             remaining = give_up_at - self.clock()
             if remaining <= 0:
                 raise ReportNotDeliveredError(attempt, error)
-            delay = min(_backoff(attempt, self.backoff_base, self.backoff_max), remaining)
+            delay = _backoff(attempt, self.backoff_base, self.backoff_max)
+            if self._retry_after is not None:  # Kuberhealthy said when to come back
+                delay = max(delay, self._retry_after)
+            delay = min(delay, remaining)
             logger.warning("report attempt %d failed (%s); retrying in %.2fs", attempt, error, delay)
             self.sleep(delay)
 
@@ -328,13 +334,22 @@ class Reporter:
             with e:
                 status, reason = e.code, _reason(e, e.reason or http.client.responses.get(e.code, ""))
             logger.debug("Kuberhealthy answered HTTP %d: %s", status, reason)
-            if status >= 500:
+            if status >= 500 or status == 429:  # busy or cannot confirm the caller yet: come back later
+                self._retry_after = _retry_after(e.headers.get("Retry-After") if e.headers else None)
                 return f"HTTP {status}: {reason}"
             raise ReportRejectedError(status, reason) from None
         except urllib.error.URLError as e:
             return f"cannot reach {self.url}: {e.reason}"
         except (OSError, http.client.HTTPException) as e:
             return f"cannot reach {self.url}: {type(e).__name__}: {e}"
+
+
+def _retry_after(value: str | None) -> float | None:
+    """Seconds from a Retry-After header (the delta-seconds form), capped at a minute."""
+    try:
+        return min(60.0, max(0.0, float(value))) if value else None
+    except ValueError:
+        return None
 
 
 def report_success(*, environ: Mapping[str, str] | None = None, **options: Any) -> None:

@@ -58,6 +58,7 @@ class FakeKuberhealthy:
 
     port: int = field(default_factory=free_port)
     answers: list[tuple[int, str]] = field(default_factory=list)
+    retry_after: int = 0  # the Retry-After header sent with 429 and 503
     hang: bool = False  # hold every request until stop()
     received: list[Received] = field(default_factory=list)
 
@@ -86,6 +87,8 @@ class FakeKuberhealthy:
                     return
                 payload = text.encode()
                 self.send_response(status)
+                if status in (429, 503):
+                    self.send_header("Retry-After", str(fake.retry_after))
                 self.send_header("Content-Type", "text/plain; charset=utf-8")
                 self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()
@@ -232,6 +235,18 @@ def test_5xx_answers_are_retried_with_growing_jittered_backoff_until_accepted(
     assert len(fake.sleeps) == 3
     for slept, ceiling in zip(fake.sleeps, ceilings, strict=True):
         assert ceiling / 2 <= slept <= ceiling
+
+
+def test_503_and_429_are_retried_no_sooner_than_retry_after_says(kh: FakeKuberhealthy, env: dict[str, str]) -> None:
+    kh.answers = [(503, "cannot look up the calling pod right now"), (429, "slow down")]
+    kh.retry_after = 7
+    fake = FakeTime(time.time())
+
+    checkclient.report_success(environ=env, backoff_base=0.1, backoff_max=0.5, clock=fake.clock,
+                               sleep=fake.sleep)
+
+    assert len(kh.received) == 3
+    assert fake.sleeps == [7.0, 7.0]
 
 
 def test_a_refused_connection_is_retried_until_kuberhealthy_starts_listening() -> None:
