@@ -271,6 +271,40 @@ def test_a_changed_config_file_is_applied_without_a_restart_and_a_bad_one_is_ign
         p.stop()
 
 
+def test_a_config_reload_keeps_the_lease_and_the_running_checks_and_defers_restart_only_keys(
+        cluster: TestCluster, namespace: str, kubelet: Any, tmp_path: Path) -> None:
+    import yaml
+    cluster.request("POST", KHCHECKS.path(namespace), khcheck("steady", "kh-sim/slow", "2s", {"SIM_DELAY": "1"}))
+    p = DaemonProcess(cluster, tmp_path, "kh-live", namespace, {"targetNamespace": namespace,
+                                                                "leaderElection": FAST_ELECTION,
+                                                                "logLevel": "info"})
+    p.set_reporting_url(p.url + "/externalCheckStatus")
+    p.start()
+    try:
+        wait_for(lambda: lease_holder(cluster, namespace) == "kh-live", 60, what="leadership")
+        wait_for(lambda: completed_by(cluster, namespace, "steady") == "kh-live", 60, what="a first run")
+        before = cluster.request("GET", LEASES.path(namespace, "kh-test"))["spec"]
+        changed = {**p.settings, "maxCompletedPodCount": 1, "logLevel": "debug",
+                   "leaderElection": {**FAST_ELECTION, "retryPeriod": "2s"}, "listenAddress": "127.0.0.1:1"}
+        p.config_path.write_text(yaml.safe_dump(changed))
+        wait_for(lambda: "Applied the new config live" in p.log(), 60, what="the live reload")
+        log = p.log()
+        assert "leaderElection changed; it takes effect after a restart" in log
+        assert "listenAddress changed; it takes effect after a restart" in log
+        assert "Not leading" not in log and "Released Lease" not in log  # leadership never handed over
+        after = cluster.request("GET", LEASES.path(namespace, "kh-test"))["spec"]
+        assert after["holderIdentity"] == "kh-live"
+        assert (after["acquireTime"], after.get("leaseTransitions")) == (before["acquireTime"],
+                                                                         before.get("leaseTransitions"))
+        uuid_now = cluster.request("GET", KHSTATES.path(namespace, "steady"))["spec"]["uuid"]
+        wait_for(lambda: cluster.request("GET", KHSTATES.path(namespace, "steady"))["spec"]["uuid"] != uuid_now,
+                 60, what="runs continue")
+        assert f"Check {namespace}/steady changed: restarting" not in p.log()
+        assert requests.get(p.url + "/healthz", timeout=5).status_code == 200  # still on the old address
+    finally:
+        p.stop()
+
+
 def test_the_web_server_keeps_answering_until_the_checks_have_stopped(slow_stopping_leader: DaemonProcess) -> None:
     # The status page and report endpoint stay up through the slow stop, and only then the process
     # exits (contract section 9's order).
