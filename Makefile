@@ -4,13 +4,17 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: help venv testbed demo test test-unit test-integration test-slow lint bench helm-lint image clean
+.PHONY: help venv testbed demo test test-unit test-integration test-slow lint bench scale faults helm-lint image image-test image-tools clean
 
 help:
 	@echo "make demo    - local API server + sample checks + simulated kubelet + the daemon"
 	@echo "make test    - unit + integration + web tests against a real API server"
 	@echo "make lint    - ruff + mypy"
 	@echo "make bench   - performance figures (run overhead, API calls per run, HTTP throughput)"
+	@echo "make image   - build the daemon image (docker, podman or buildah; BASE_IMAGE=debian: no registry)"
+	@echo "make image-test - build the image on a Debian-made base and smoke-test it (part of make test)"
+	@echo "make scale   - N checks on one daemon (250, 1000, 2000): lag, failures, CPU, memory, API; targets at 1000"
+	@echo "make faults  - API server restart/freeze/outage, silent network, leader kill, config reload: invariants table (~12 min)"
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -26,7 +30,7 @@ testbed:
 demo: venv testbed
 	$(BIN)/python -m tests.harness.demo
 
-test: venv testbed
+test: venv testbed image-tools
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS) tests -m "not slow"
 
 test-unit: venv
@@ -41,6 +45,26 @@ lint: venv
 
 bench: venv testbed
 	$(BIN)/python -m bench
+
+scale: venv testbed
+	$(BIN)/python -m bench.scale $(SCALE_ARGS)
+
+# Not part of `make test` (tests/integration/test_faults.py holds its short versions). FAULTS_ARGS:
+# --scenario NAME (repeatable), --quick, --election, --workdir DIR. Exit 1: an invariant violated.
+faults: venv testbed
+	$(BIN)/python -m bench.faults $(FAULTS_ARGS)
+
+# The image: `make image` builds it with whatever engine exists; `make image-test` (also run by
+# `make test`, whose pytest run includes tests/integration/test_image.py) builds it without a registry
+# on a Debian-made base and smoke-tests it. image-tools installs podman, runc and mmdebstrap if it can.
+image-tools:
+	bash hack/image.sh tools
+
+image:
+	bash hack/image.sh build $(IMAGE)
+
+image-test: venv testbed image-tools
+	$(BIN)/python -m pytest -q -p no:cacheprovider -rs $(PYTEST_ARGS) tests/integration/test_image.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

@@ -23,6 +23,8 @@ setup(
             "pytest-timeout>=2.3,<3",
             "hypothesis>=6.100,<7",
             "requests>=2.31,<3",
+            "kubernetes-validate>=1.30,<2",  # the chart's objects against current Kubernetes schemas
+            "jsonschema>=4.18,<5",
             "mypy>=1.10",
             "ruff>=0.5",
             "types-PyYAML",

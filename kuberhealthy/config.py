@@ -219,7 +219,9 @@ def from_mapping(raw: Mapping[str, Any], environ: Mapping[str, str] | None = Non
         enable_influx=enable_influx,
         influx_url=influx_url,
         influx_username=_str(raw, "influxUsername", ""),
-        influx_password=_str(raw, "influxPassword", ""),
+        # KH_INFLUX_PASSWORD (the chart fills it from a Secret) wins over the file's key. Never logged:
+        # the field has repr=False, and no message names its value.
+        influx_password=env.get("KH_INFLUX_PASSWORD") or _str(raw, "influxPassword", ""),
         influx_db=_str(raw, "influxDB", ""),
         external_check_reporting_url=reporting_url,
         max_khjob_age=_duration(raw, "maxKHJobAge", 15 * 60.0),

@@ -1,11 +1,14 @@
-"""The Helm chart and the Dockerfile.
+"""The Helm chart.
 
-`helm lint` and `helm template` check what the chart renders; a real `helm install` into the test API
-server checks that it applies, and then the chart's ServiceAccount is used for real API calls to prove
-that its RBAC allows what the daemon does and nothing the daemon has no business doing.
+`helm lint` and `helm template` check what the chart renders; every rendered object is validated against
+the Kubernetes OpenAPI schemas of the test bed's version (the schema its API server publishes) and of a
+current version (kubernetes-validate's), and by the API server's server-side dry-run; a real `helm
+install` into the test API server checks that it applies, and then the chart's ServiceAccount is used
+for real API calls to prove that its RBAC allows what the daemon does and nothing the daemon has no
+business doing. The Grafana dashboard's queries are checked against a real daemon's /metrics.
 
-helm comes from `bash hack/tools.sh` (or $KH_HELM, or PATH); without it the helm tests skip. The
-Dockerfile tests at the end need nothing but the files.
+helm comes from `bash hack/tools.sh` (or $KH_HELM, or PATH); without it the helm tests skip. The image
+and the Dockerfile are tested in test_image.py.
 """
 from __future__ import annotations
 
@@ -21,12 +24,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import jsonschema
+import kubernetes_validate
 import pytest
+import requests
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from kuberhealthy import config as kh_config
-from tests.harness.cluster import REPO, TestCluster
+from kuberhealthy.kube import KHCHECKS, KHJOBS, KHSTATES
+from tests.harness.cluster import TestCluster
+from tests.harness.crds import load_crds
+from tests.harness.daemon import InProcessDaemon
 from tests.harness.helm import CHART, Helm
+from tests.harness.wait import wait_for
 
 GROUP_PATH = "/apis/comcast.github.io/v1"
 RBAC_KINDS = ("Role", "ClusterRole")
@@ -70,6 +81,10 @@ VARIATIONS = {
     "single replica, renamed, hard anti-affinity": (
         "deployment.replicas=1", "config.enableForceMaster=true", "nameOverride=kh-canary",
         "deployment.podAntiAffinity=hard", "tolerations.master=true", "securityContext.enabled=false"),
+    "grafana dashboard, influx password from a secret": (
+        "grafana.dashboards.enabled=true", "grafana.dashboards.annotations.grafana_folder=Kuberhealthy",
+        "influx.passwordSecret=kh-influx", "config.enableInflux=true", "config.influxURL=http://influxdb:8086",
+        "config.influxDB=kuberhealthy", "config.influxUsername=kuberhealthy"),
 }
 
 
@@ -410,6 +425,296 @@ def test_include_crds_renders_the_three_crds(helm: Helm) -> None:
     assert find(helm.template(), "CustomResourceDefinition") == []
 
 
+# --- OpenAPI schemas: the test bed's Kubernetes and a current one ---------------------------------------------
+
+# No schema for the Prometheus operator's kinds is available offline (their CRDs are installed nowhere here).
+NO_SCHEMA = {"ServiceMonitor", "PrometheusRule"}
+CURRENT_K8S = kubernetes_validate.latest_version()  # the newest Kubernetes kubernetes-validate has schemas for
+CHECK_KINDS = ("KuberhealthyCheck", "KuberhealthyJob")
+
+
+def _why(obj: dict[str, Any], e: Exception) -> str:
+    where = "/".join(str(p) for p in getattr(e, "absolute_path", ()))
+    message = str(getattr(e, "message", "") or e).splitlines()[0]
+    return f"{obj['kind']}/{obj['metadata']['name']} at {where or '.'}: {message}"
+
+
+def _nullable_as_null_type(schema: Any) -> Any:
+    """A CRD's OpenAPI v3 schema as JSON schema: `nullable: true` becomes a "null" type."""
+    if isinstance(schema, dict):
+        out = {k: _nullable_as_null_type(v) for k, v in schema.items() if k != "nullable"}
+        if schema.get("nullable") and isinstance(out.get("type"), str):
+            out["type"] = [out["type"], "null"]
+        return out
+    if isinstance(schema, list):
+        return [_nullable_as_null_type(v) for v in schema]
+    return schema
+
+
+def _crd_schema(kind: str) -> dict[str, Any]:
+    (crd,) = [c for c in load_crds() if c["spec"]["names"]["kind"] == kind]
+    (version,) = [v for v in crd["spec"]["versions"] if v.get("storage")]
+    return dict(_nullable_as_null_type(version["schema"]["openAPIV3Schema"]))
+
+
+def _checker_pod(obj: dict[str, Any]) -> dict[str, Any]:
+    """A khcheck's or khjob's podSpec as the Pod the daemon creates from it (the CRD keeps it open)."""
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": obj["metadata"]["name"]},
+            "spec": obj["spec"]["podSpec"]}
+
+
+@pytest.mark.parametrize("values", VARIATIONS.values(), ids=VARIATIONS.keys())
+def test_every_rendered_object_matches_the_openapi_schema_of_a_current_kubernetes(
+        helm: Helm, values: tuple[str, ...]) -> None:
+    objs = helm.template(*values, extra=("--kube-version", CURRENT_K8S))
+    problems, validated = [], 0
+    for obj in objs:
+        if obj["kind"] in NO_SCHEMA:
+            continue
+        try:
+            if obj["kind"] in CHECK_KINDS:
+                jsonschema.validate(obj, _crd_schema(obj["kind"]))
+                kubernetes_validate.validate(_checker_pod(obj), CURRENT_K8S, strict=True)
+            else:
+                kubernetes_validate.validate(obj, CURRENT_K8S, strict=True)
+            validated += 1
+        except (jsonschema.ValidationError, kubernetes_validate.SchemaNotFoundError) as e:
+            problems.append(_why(obj, e))
+    assert problems == []
+    assert validated == len([o for o in objs if o["kind"] not in NO_SCHEMA]) > 0
+
+
+def test_strict_schema_validation_catches_a_misspelt_field() -> None:
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "x"},
+                  "spec": {"selector": {"matchLabels": {"a": "b"}}, "template": {
+                      "metadata": {"labels": {"a": "b"}},
+                      "spec": {"containers": [{"name": "c", "image": "i", "securityContex": {}}]}}}}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(deployment, CURRENT_K8S, strict=True)
+
+
+class ServedSchemas:
+    """The OpenAPI v2 document an API server publishes, made strict (no unknown fields), per kind."""
+
+    def __init__(self, document: dict[str, Any]) -> None:
+        self.definitions: dict[str, Any] = document["definitions"]
+        for schema in self.definitions.values():
+            self._strict(schema)
+        # Types whose wire form the v2 document cannot express as JSON schema.
+        self.definitions["io.k8s.apimachinery.pkg.util.intstr.IntOrString"] = {"type": ["integer", "string"]}
+        self.definitions["io.k8s.apimachinery.pkg.api.resource.Quantity"] = {"type": ["string", "number"]}
+        self.by_kind: dict[tuple[str, str], str] = {}
+        for name, schema in self.definitions.items():
+            for gvk in schema.get("x-kubernetes-group-version-kind") or []:
+                api_version = f"{gvk['group']}/{gvk['version']}" if gvk["group"] else gvk["version"]
+                self.by_kind[(api_version, gvk["kind"])] = name
+
+    def _strict(self, schema: Any) -> None:
+        if isinstance(schema, list):
+            for item in schema:
+                self._strict(item)
+            return
+        if not isinstance(schema, dict):
+            return
+        if ("properties" in schema and "additionalProperties" not in schema
+                and not schema.get("x-kubernetes-preserve-unknown-fields")):
+            schema["additionalProperties"] = False
+        for value in schema.values():
+            self._strict(value)
+
+    def validate(self, obj: dict[str, Any]) -> None:
+        name = self.by_kind.get((obj["apiVersion"], obj["kind"]))
+        if name is None:
+            raise jsonschema.ValidationError(f"{obj['apiVersion']} {obj['kind']} is not served by this API server")
+        jsonschema.Draft4Validator({"$ref": f"#/definitions/{name}", "definitions": self.definitions}).validate(obj)
+
+
+@pytest.fixture(scope="module")
+def served_schemas(cluster: TestCluster) -> ServedSchemas:
+    def published() -> ServedSchemas | None:  # CRDs reach /openapi/v2 some seconds after they are created
+        schemas = ServedSchemas(cluster.request("GET", "/openapi/v2"))
+        wanted = {("comcast.github.io/v1", kind) for kind in CHECK_KINDS}
+        return schemas if wanted <= set(schemas.by_kind) else None
+    return wait_for(published, 90, 1, what="the CRDs' schemas in /openapi/v2")
+
+
+@pytest.mark.parametrize("values", [v for k, v in VARIATIONS.items() if "prometheus" not in k],
+                         ids=[k for k in VARIATIONS if "prometheus" not in k])
+def test_every_rendered_object_matches_the_openapi_schema_the_test_beds_api_server_publishes(
+        helm: Helm, cluster: TestCluster, namespace: str, served_schemas: ServedSchemas,
+        values: tuple[str, ...]) -> None:
+    # Rendered against the live API server, so its capabilities decide (policy/v1beta1 PDBs on 1.20).
+    args = ["template", "kh", str(CHART), "--namespace", namespace, "--dry-run=server"]
+    for v in values:
+        args += ["--set", v]
+    objs = [d for d in yaml.safe_load_all(helm.run(*args, kubeconfig=cluster.kubeconfig).stdout) if d]
+    assert {o["apiVersion"] for o in objs if o["kind"] == "PodDisruptionBudget"} <= {"policy/v1beta1"}
+    problems = []
+    for obj in objs:
+        try:
+            served_schemas.validate(obj)
+            if obj["kind"] in CHECK_KINDS:
+                served_schemas.validate(_checker_pod(obj))
+        except jsonschema.ValidationError as e:
+            problems.append(_why(obj, e))
+    assert problems == []
+
+
+def test_the_served_schemas_are_strict_enough_to_catch_a_misspelt_field(served_schemas: ServedSchemas) -> None:
+    with pytest.raises(jsonschema.ValidationError, match="imagePullPolisy"):
+        served_schemas.validate({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"}, "spec": {
+            "containers": [{"name": "c", "image": "i", "imagePullPolisy": "Always"}]}})
+
+
+# --- the Grafana dashboard --------------------------------------------------------------------------------------
+
+DASHBOARD = CHART / "dashboards" / "kuberhealthy.json"
+# Words of PromQL (and of Grafana's label_values) that are not metric names.
+PROMQL_WORDS = {
+    "sum", "min", "max", "avg", "count", "count_values", "stddev", "stdvar", "topk", "bottomk", "quantile",
+    "group", "by", "without", "on", "ignoring", "group_left", "group_right", "and", "or", "unless", "bool",
+    "offset", "vector", "scalar", "rate", "irate", "increase", "delta", "idelta", "deriv", "abs", "absent",
+    "ceil", "floor", "round", "clamp", "clamp_min", "clamp_max", "label_replace", "label_join", "time",
+    "timestamp", "changes", "resets", "sort", "sort_desc", "histogram_quantile", "avg_over_time",
+    "min_over_time", "max_over_time", "sum_over_time", "count_over_time", "last_over_time", "absent_over_time",
+    "predict_linear", "inf", "nan",
+}
+
+
+def _metric_names(expr: str) -> set[str]:
+    """The metric names a PromQL expression (or a Grafana label_values query) selects."""
+    text = expr.strip()
+    label_values = re.fullmatch(r"label_values\((.*?)(,\s*[A-Za-z_][A-Za-z0-9_]*)?\)", text, re.S)
+    if label_values:
+        text = label_values.group(1) if label_values.group(2) else ""  # label_values(label): no metric
+    text = re.sub(r'"(?:[^"\\]|\\.)*"', '""', text)  # string literals
+    text = re.sub(r"\{[^}]*\}", "", text)  # label matchers
+    text = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", "", text)  # label lists
+    text = re.sub(r"\[[^\]]*\]", "", text)  # range selectors
+    text = re.sub(r"\$\{?\w+\}?", "", text)  # dashboard variables
+    text = re.sub(r"\b\d+(\.\d+)?([eE][+-]?\d+)?\b", "", text)  # numbers
+    return {w for w in re.findall(r"[A-Za-z_:][A-Za-z0-9_:]*", text) if w.lower() not in PROMQL_WORDS}
+
+
+def _dashboard_queries(dashboard: dict[str, Any]) -> list[str]:
+    queries: list[str] = []
+
+    def panels(items: list[dict[str, Any]]) -> None:
+        for panel in items:
+            queries.extend(t["expr"] for t in panel.get("targets") or [] if t.get("expr"))
+            panels(panel.get("panels") or [])  # panels inside a collapsed row
+    panels(dashboard["panels"])
+    for var in dashboard.get("templating", {}).get("list", []):
+        if var.get("type") == "query":
+            query = var["query"]
+            queries.append(query["query"] if isinstance(query, dict) else query)
+    return queries
+
+
+def _rule_queries(helm: Helm) -> list[str]:
+    objs = helm.template("prometheus.enabled=true", "prometheus.prometheusRule.enabled=true")
+    rule = one(objs, "PrometheusRule", "kuberhealthy")
+    return [r["expr"] for group in rule["spec"]["groups"] for r in group["rules"]]
+
+
+def test_the_metric_name_reader_finds_metrics_and_skips_labels_functions_and_variables() -> None:
+    assert _metric_names('sum by (check) (rate(a_total{b="c}d", e=~"$f"}[5m])) / on(g) h_x or vector(0)') == {
+        "a_total", "h_x"}
+    assert _metric_names("label_values(kuberhealthy_check{namespace=~\"$namespace\"}, check)") == {
+        "kuberhealthy_check"}
+    assert _metric_names("label_values(namespace)") == set()
+    assert _metric_names("count(up == 1e3) > 0.5") == {"up"}
+
+
+def test_the_grafana_dashboard_is_off_by_default_and_a_sidecar_config_map_when_enabled(helm: Helm) -> None:
+    assert [o for o in find(helm.template(), "ConfigMap") if "grafana" in o["metadata"]["name"]] == []
+    objs = helm.template("grafana.dashboards.enabled=true", "grafana.dashboards.namespace=grafana",
+                         "grafana.dashboards.annotations.grafana_folder=Kuberhealthy")
+    cm = one(objs, "ConfigMap", "kuberhealthy-grafana-dashboard")
+    assert cm["metadata"]["namespace"] == "grafana"
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"  # the sidecar's default label
+    assert cm["metadata"]["annotations"] == {"grafana_folder": "Kuberhealthy"}
+    (name,) = cm["data"]
+    assert name.endswith(".json")
+    dashboard = json.loads(cm["data"][name])
+    assert dashboard == json.loads(DASHBOARD.read_text())
+    assert dashboard["title"] and dashboard["uid"] and dashboard["panels"]
+    ids = [p["id"] for p in dashboard["panels"]]
+    assert len(ids) == len(set(ids))
+    assert all(p["datasource"]["uid"] == "${datasource}" for p in dashboard["panels"])
+
+    relabelled = helm.template("grafana.dashboards.enabled=true", "grafana.dashboards.label=team_dashboards",
+                               "grafana.dashboards.labelValue=yes", "nameOverride=kh-canary")
+    labels = one(relabelled, "ConfigMap", "kh-canary-grafana-dashboard")["metadata"]["labels"]
+    assert labels["team_dashboards"] == "yes" and "grafana_dashboard" not in labels
+
+
+def test_every_metric_the_dashboard_and_alert_rules_query_is_in_a_real_daemons_scrape(
+        helm: Helm, cluster: TestCluster, namespace: str, kubelet: Any) -> None:
+    used: set[str] = set()
+    for query in _dashboard_queries(json.loads(DASHBOARD.read_text())) + _rule_queries(helm):
+        names = _metric_names(query)
+        assert names, f"no metric in {query!r}"
+        used |= names
+
+    podspec = {"containers": [{"name": "main", "image": "kh-sim/ok"}]}
+    cluster.request("POST", KHCHECKS.path(namespace), {
+        "apiVersion": "comcast.github.io/v1", "kind": "KuberhealthyCheck", "metadata": {"name": "scraped"},
+        "spec": {"runInterval": "1m", "timeout": "30s", "podSpec": podspec}})
+    cluster.request("POST", KHJOBS.path(namespace), {
+        "apiVersion": "comcast.github.io/v1", "kind": "KuberhealthyJob", "metadata": {"name": "scraped-job"},
+        "spec": {"timeout": "30s", "phase": "", "podSpec": podspec}})
+    daemon = InProcessDaemon(cluster, namespace).start()
+    try:
+        def ran(name: str) -> bool:
+            try:
+                return bool(cluster.request("GET", KHSTATES.path(namespace, name))["spec"].get("RunDuration"))
+            except urllib.error.HTTPError:
+                return False
+        wait_for(lambda: ran("scraped") and ran("scraped-job"), 60, 0.1, what="a check run and a job run")
+        scrape = requests.get(f"{daemon.url}/metrics", timeout=10)
+    finally:
+        daemon.stop()
+    assert scrape.status_code == 200
+    exported = {s.name for family in text_string_to_metric_families(scrape.text) for s in family.samples}
+    assert used - exported == set(), f"queried but not exported: {sorted(used - exported)}"
+
+
+# --- the InfluxDB password from a Secret -------------------------------------------------------------------------
+
+def test_the_influx_password_comes_from_the_named_secret_and_never_reaches_the_config_map(helm: Helm) -> None:
+    objs = helm.template(*VARIATIONS["grafana dashboard, influx password from a secret"],
+                         "deployment.env.KH_INFLUX_PASSWORD=plain-text")
+    (container,) = one(objs, "Deployment", "kuberhealthy")["spec"]["template"]["spec"]["containers"]
+    env = [e for e in container["env"] if e["name"] == "KH_INFLUX_PASSWORD"]
+    assert env == [{"name": "KH_INFLUX_PASSWORD",
+                    "valueFrom": {"secretKeyRef": {"name": "kh-influx", "key": "password"}}}]
+    cfg = config_file(objs)
+    assert cfg["enableInflux"] is True and cfg["influxPassword"] == ""
+    assert "plain-text" not in json.dumps(objs)
+    loaded = kh_config.from_mapping(cfg, environ={"POD_NAMESPACE": "monitoring", "KH_INFLUX_PASSWORD": "pw"})
+    assert loaded.influx_password == "pw"
+
+    keyed = helm.template("influx.passwordSecret=kh-influx", "influx.passwordSecretKey=influx-password")
+    (container,) = one(keyed, "Deployment", "kuberhealthy")["spec"]["template"]["spec"]["containers"]
+    assert {"name": "KH_INFLUX_PASSWORD",
+            "valueFrom": {"secretKeyRef": {"name": "kh-influx", "key": "influx-password"}}} in container["env"]
+
+    (container,) = one(helm.template(), "Deployment", "kuberhealthy")["spec"]["template"]["spec"]["containers"]
+    assert "KH_INFLUX_PASSWORD" not in [e["name"] for e in container["env"]]
+    # Without a Secret, deployment.env may still set it (the user's choice).
+    plain = helm.template("deployment.env.KH_INFLUX_PASSWORD=pw")
+    (container,) = one(plain, "Deployment", "kuberhealthy")["spec"]["template"]["spec"]["containers"]
+    assert {"name": "KH_INFLUX_PASSWORD", "value": "pw"} in container["env"]
+
+
+def test_a_password_in_the_config_map_beside_the_secret_fails_the_render(helm: Helm) -> None:
+    proc = helm.run("template", "kh", str(CHART), "--set", "influx.passwordSecret=kh-influx",
+                    "--set", "config.influxPassword=hunter2", check=False)
+    assert proc.returncode != 0
+    assert "influx.passwordSecret" in proc.stderr and "ConfigMap" in proc.stderr
+
+
 # --- a real install, and the ServiceAccount's privileges -------------------------------------------------
 
 def _new_namespace(cluster: TestCluster, prefix: str) -> str:
@@ -714,58 +1019,3 @@ def test_with_a_target_namespace_the_service_account_reaches_only_that_namespace
         helm.run("uninstall", "kuberhealthy", "--namespace", namespace, kubeconfig=cluster.kubeconfig, check=False)
         _delete_quietly(cluster, f"{GROUP_PATH}/namespaces/{target}/khstates/s",
                         f"/api/v1/namespaces/{target}/pods/checker")
-
-
-# --- the Dockerfile --------------------------------------------------------------------------------------
-
-def _dockerfile() -> list[tuple[str, str]]:
-    """(INSTRUCTION, arguments) pairs, continuation lines joined and comments dropped."""
-    text = re.sub(r"\\\n", " ", (REPO / "Dockerfile").read_text())
-    out = []
-    for raw in text.splitlines():
-        line = raw.strip()
-        if line and not line.startswith("#"):
-            instr, _, rest = line.partition(" ")
-            out.append((instr.upper(), rest.strip()))
-    return out
-
-
-def test_the_dockerfile_installs_the_package_and_runs_it_as_non_root_with_the_chart_config_path() -> None:
-    steps = _dockerfile()
-    instrs = dict(steps)  # the last of each instruction
-    assert [a for i, a in steps if i == "FROM"] == ["python:3.11-slim"]
-    assert any(i == "RUN" and re.search(r"pip install\b.*\s\.(\s|$)", a) for i, a in steps)
-    assert json.loads(instrs["ENTRYPOINT"]) == ["kuberhealthy"]
-    assert json.loads(instrs["CMD"]) == ["--config", "/etc/config/kuberhealthy.yaml"]
-    assert instrs["EXPOSE"] == "8080"
-
-    user = instrs["USER"].split(":")[0]
-    assert user.isdigit() and int(user) != 0  # numeric, so runAsNonRoot can verify it
-    values = yaml.safe_load((CHART / "values.yaml").read_text())
-    assert int(user) == values["securityContext"]["runAsUser"]
-
-    # setup.py names the console script the ENTRYPOINT runs, and reads README.md: both must be copied.
-    assert "kuberhealthy = kuberhealthy.cli:main" in (REPO / "setup.py").read_text()
-    copied = " ".join(a for i, a in steps if i == "COPY")
-    for needed in ("setup.py", "pyproject.toml", "README.md", "kuberhealthy"):
-        assert needed in copied
-
-
-def test_the_docker_build_context_keeps_what_pip_install_needs() -> None:
-    patterns = [p.strip() for p in (REPO / ".dockerignore").read_text().splitlines()
-                if p.strip() and not p.startswith("#")]
-
-    def ignored(path: str) -> bool:  # Docker's rule: the last matching pattern wins
-        result = False
-        for pattern in patterns:
-            negate = pattern.startswith("!")
-            regex = re.escape(pattern.lstrip("!").rstrip("/")).replace(r"\*\*/", "(.*/)?").replace(r"\*", "[^/]*")
-            parts = path.split("/")
-            if any(re.fullmatch(regex, "/".join(parts[:n])) for n in range(1, len(parts) + 1)):
-                result = not negate
-        return result
-
-    for kept in ("setup.py", "pyproject.toml", "README.md", "kuberhealthy/__init__.py", "kuberhealthy/kube/client.py"):
-        assert not ignored(kept), kept
-    for dropped in (".git/config", ".venv/bin/python", "tests/conftest.py", "kuberhealthy/__pycache__/x.pyc"):
-        assert ignored(dropped), dropped

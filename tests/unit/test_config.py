@@ -55,6 +55,19 @@ def test_the_reaper_interval_env_var_is_accepted() -> None:
     assert from_mapping({}, {**ENV, "CHECK_REAPER_RUN_INTERVAL": "5s"}).check_reaper_run_interval == 5
 
 
+def test_the_influx_password_env_var_wins_over_the_config_key_and_is_never_shown(
+        caplog: pytest.LogCaptureFixture) -> None:
+    raw = {"enableInflux": True, "influxURL": "http://127.0.0.1:8086", "influxDB": "kh", "influxUsername": "kh",
+           "influxPassword": "from-the-file", "surpriseKey": 1}
+    with caplog.at_level("DEBUG"):
+        c = from_mapping(raw, {**ENV, "KH_INFLUX_PASSWORD": "s3cret-from-env"})
+    assert c.influx_password == "s3cret-from-env"
+    assert "s3cret-from-env" not in repr(c) and "s3cret-from-env" not in caplog.text
+    assert from_mapping(raw, ENV).influx_password == "from-the-file"
+    assert from_mapping(raw, {**ENV, "KH_INFLUX_PASSWORD": ""}).influx_password == "from-the-file"  # empty: unset
+    assert from_mapping({}, {**ENV, "KH_INFLUX_PASSWORD": "p"}).influx_password == "p"  # no key in the file at all
+
+
 @pytest.mark.parametrize(("raw", "key"), [
     ({"maxKHJobAge": "soon"}, "maxKHJobAge"),
     ({"listenAddress": "8080"}, "listenAddress"),
