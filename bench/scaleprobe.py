@@ -1,0 +1,482 @@
+"""The instruments `bench.scale` reads: watches, a /proc sampler, a status-page poller, audit and metrics.
+
+Each one measures the daemon from outside, independently of its own code and numbers:
+  ApiWatch     list + watch of one API path with raw JSON (its own user agent, so audit counts leave it
+               out); calls a callback with the monotonic time each object version was first seen.
+  PodLog       the first time each checker pod was seen, per check (the schedule-lag clock).
+  StateLog     every distinct khstate version seen (the false-failure record).
+  TreeSampler  a process tree's CPU (utime+stime, children included), PSS, RSS and threads from /proc.
+  Poller       `GET /` at a fixed rate (open loop: a slow answer does not delay the next request).
+  scrape_histogram, count_audit  the daemon's own histogram, and the API server's audit log.
+Nothing here is imported by the product, and nothing here writes to the API server.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import http.client
+import json
+import logging
+import os
+import threading
+import time
+import urllib.parse
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import urllib3
+from kubernetes.watch.watch import iter_resp_lines
+from prometheus_client.parser import text_string_to_metric_families
+
+logger = logging.getLogger(__name__)
+
+HARNESS_UA = "kh-scale-bench"
+WATCH_SECONDS = 60
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def percentiles(values: list[float]) -> dict[str, float | None]:
+    """p50, p99 and max (nearest rank); None for each when there are no values."""
+    if not values:
+        return {"p50": None, "p99": None, "max": None}
+    s = sorted(values)
+    def at(p: float) -> float:
+        return s[min(len(s) - 1, round(p / 100 * (len(s) - 1)))]
+    return {"p50": at(50), "p99": at(99), "max": s[-1]}
+
+
+def parse_time(value: str | None) -> float | None:
+    """An RFC 3339 timestamp as unix seconds (None if missing or unreadable)."""
+    if not value:
+        return None
+    try:
+        return dt.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+# --- watches -----------------------------------------------------------------------------------------
+
+class ApiWatch:
+    """List, then watch `path` from the list's resourceVersion; resume after errors, re-list on 410."""
+
+    def __init__(self, server: str, token: str, path: str,
+                 on_event: Callable[[str, dict[str, Any], float], None], name: str) -> None:
+        self.url = server + path
+        self._on_event = on_event
+        self._http = urllib3.PoolManager(cert_reqs="CERT_NONE", num_pools=1, maxsize=2)
+        self._headers = {"Authorization": f"Bearer {token}", "User-Agent": HARNESS_UA,
+                         "Accept": "application/json"}
+        self._stop = threading.Event()
+        self.synced = threading.Event()
+        self.restarts = 0  # watch requests that ended in an error (each resumed)
+        self.relists = 0
+        self._rv = ""
+        self._resp: Any = None
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+
+    def start(self) -> ApiWatch:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        with self._lock:
+            resp = self._resp
+        if resp is not None:
+            try:
+                resp.shutdown()
+            except (OSError, ValueError, RuntimeError):
+                pass
+        self._thread.join(15)
+        self._http.clear()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                if not self._rv:
+                    self._rv = self._list()
+                    self.relists += 1
+                    self.synced.set()
+                self._watch_once()
+            except Exception:  # top of the loop: note it, back off, resume
+                if self._stop.is_set():
+                    break
+                self.restarts += 1
+                logger.warning("watch %s broke; resuming", self.url, exc_info=True)
+                self._stop.wait(0.5)
+
+    def _list(self) -> str:
+        r = self._http.request("GET", self.url, headers=self._headers,
+                               timeout=urllib3.Timeout(connect=5, read=60))
+        if r.status != 200:
+            raise RuntimeError(f"list answered {r.status}")
+        body = json.loads(r.data)
+        now = time.monotonic()
+        for item in body.get("items") or []:
+            self._on_event("ADDED", item, now)
+        return str((body.get("metadata") or {}).get("resourceVersion") or "")
+
+    def _watch_once(self) -> None:
+        query = urllib.parse.urlencode({"watch": "true", "resourceVersion": self._rv,
+                                        "allowWatchBookmarks": "true", "timeoutSeconds": WATCH_SECONDS})
+        resp = self._http.request("GET", f"{self.url}?{query}", headers=self._headers, preload_content=False,
+                                  timeout=urllib3.Timeout(connect=5, read=WATCH_SECONDS + 15))
+        with self._lock:
+            self._resp = resp
+        try:
+            if resp.status != 200:
+                raise RuntimeError(f"watch answered {resp.status}")
+            for line in iter_resp_lines(resp):  # type: ignore[no-untyped-call]
+                if self._stop.is_set() or not line:
+                    continue
+                now = time.monotonic()
+                event = json.loads(line)
+                kind, obj = str(event.get("type")), event.get("object") or {}
+                if kind == "ERROR":
+                    if obj.get("code") == 410:
+                        self._rv = ""
+                        return
+                    raise RuntimeError(f"watch error event: {obj}")
+                self._rv = str((obj.get("metadata") or {}).get("resourceVersion") or self._rv)
+                if kind != "BOOKMARK":
+                    self._on_event(kind, obj, now)
+        except (urllib3.exceptions.HTTPError, OSError):
+            if not self._stop.is_set():
+                raise
+        finally:
+            with self._lock:
+                self._resp = None
+            resp.release_conn()
+
+
+@dataclass
+class PodSeen:
+    name: str
+    uid: str
+    check: str
+    seen: float  # monotonic, first event that showed this pod
+    created: float | None  # creationTimestamp, unix seconds (1 s resolution)
+
+
+class PodLog:
+    """First sight of every checker pod (label kuberhealthy-check-name), by uid."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.pods: dict[str, PodSeen] = {}
+
+    def on_event(self, kind: str, pod: dict[str, Any], now: float) -> None:
+        meta = pod.get("metadata") or {}
+        uid = str(meta.get("uid") or "")
+        check = str((meta.get("labels") or {}).get("kuberhealthy-check-name") or "")
+        if not uid or not check:
+            return
+        with self._lock:
+            if uid not in self.pods:
+                self.pods[uid] = PodSeen(str(meta.get("name")), uid, check, now,
+                                         parse_time(meta.get("creationTimestamp")))
+
+    def by_check(self) -> dict[str, list[PodSeen]]:
+        with self._lock:
+            pods = list(self.pods.values())
+        out: dict[str, list[PodSeen]] = {}
+        for p in sorted(pods, key=lambda p: p.seen):
+            out.setdefault(p.check, []).append(p)
+        return out
+
+
+@dataclass(frozen=True)
+class StateVersion:
+    seen: float  # monotonic
+    rv: str
+    ok: bool
+    last_run: str
+    errors: tuple[str, ...]
+    uuid: str
+    run_duration: str
+
+
+class StateLog:
+    """Every distinct khstate version, in the order seen, by khstate name."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.versions: dict[str, list[StateVersion]] = {}
+
+    def on_event(self, kind: str, obj: dict[str, Any], now: float) -> None:
+        if kind == "DELETED":
+            return
+        meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+        errors = spec.get("Errors") or []
+        v = StateVersion(now, str(meta.get("resourceVersion") or ""), bool(spec.get("OK", False)),
+                         str(spec.get("LastRun") or ""), tuple(str(e) for e in errors) if isinstance(errors, list)
+                         else (), str(spec.get("uuid") or ""), str(spec.get("RunDuration") or ""))
+        with self._lock:
+            seq = self.versions.setdefault(str(meta.get("name")), [])
+            if not seq or seq[-1].rv != v.rv:
+                seq.append(v)
+
+    def snapshot(self) -> dict[str, list[StateVersion]]:
+        with self._lock:
+            return {k: list(v) for k, v in self.versions.items()}
+
+    def completed_first_run(self) -> int:
+        """khstates that hold a finished run: a result with RunDuration, or a recorded failure."""
+        with self._lock:
+            return sum(1 for seq in self.versions.values()
+                       if any((v.run_duration and v.last_run) or not v.ok for v in seq))
+
+
+# --- /proc ---------------------------------------------------------------------------------------------
+
+def _stat_fields(pid: int) -> list[str] | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def process_tree(root: int) -> list[int]:
+    """root and all its descendants that are alive now (from /proc/*/stat ppid)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            f = _stat_fields(int(entry))
+            if f is not None:
+                children.setdefault(int(f[1]), []).append(int(entry))
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        if Path(f"/proc/{pid}").exists():
+            out.append(pid)
+            todo.extend(children.get(pid, []))
+    return out
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """utime+stime of each process plus cutime+cstime (its reaped children), so a dead worker still counts."""
+    total = 0
+    for pid in pids:
+        f = _stat_fields(pid)
+        if f is not None:
+            total += int(f[11]) + int(f[12]) + int(f[13]) + int(f[14])
+    return total / CLK_TCK
+
+
+def machine_busy_seconds() -> float:
+    """CPU-seconds all cores spent not idle since boot (/proc/stat)."""
+    vals = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle = vals[3] + (vals[4] if len(vals) > 4 else 0)
+    return (sum(vals[:8]) - idle) / CLK_TCK
+
+
+def _kb(path: str, key: str) -> int:
+    try:
+        for line in Path(path).read_text().splitlines():
+            if line.startswith(key):
+                return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+@dataclass
+class TreeSampler:
+    """Samples one process tree every `every` seconds; keeps the peaks of PSS, RSS and threads (sums)."""
+
+    root: int
+    every: float = 2.0
+    peak_pss_kb: int = 0
+    peak_rss_kb: int = 0
+    peak_threads: int = 0
+    peak_processes: int = 0
+    samples: int = 0
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def sample(self) -> None:
+        pids = process_tree(self.root)
+        pss = sum(_kb(f"/proc/{p}/smaps_rollup", "Pss:") for p in pids)
+        rss = sum(_kb(f"/proc/{p}/status", "VmRSS:") for p in pids)
+        threads = sum(_kb(f"/proc/{p}/status", "Threads:") for p in pids)
+        self.peak_pss_kb = max(self.peak_pss_kb, pss)
+        self.peak_rss_kb = max(self.peak_rss_kb, rss)
+        self.peak_threads = max(self.peak_threads, threads)
+        self.peak_processes = max(self.peak_processes, len(pids))
+        self.samples += 1
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.every):
+            try:
+                self.sample()
+            except Exception:  # top of the loop: a vanished process must not end the sampling
+                logger.exception("sampling pid %d failed", self.root)
+
+    def start(self) -> TreeSampler:
+        self._thread = threading.Thread(target=self._loop, name=f"sampler-{self.root}", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(10)
+
+
+# --- the status page poller ----------------------------------------------------------------------------
+
+@dataclass
+class Poll:
+    at: float  # monotonic send time
+    seconds: float
+    outcome: str  # "ok", "timeout", "error: ...", "HTTP 503"
+
+
+class Poller:
+    """`GET /` every 1/rate seconds, each request on its own pool thread with a client timeout."""
+
+    def __init__(self, host: str, port: int, rate: float = 2.0, timeout: float = 15.0) -> None:
+        self.host, self.port, self.period, self.timeout = host, port, 1.0 / rate, timeout
+        self.polls: list[Poll] = []
+        self.skipped = 0  # sends dropped because too many requests were still open
+        self._lock = threading.Lock()
+        self._inflight = 0
+        self._max_inflight = int(timeout * rate) + 4
+        self._pool = ThreadPoolExecutor(max_workers=self._max_inflight, thread_name_prefix="poll")
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="poller", daemon=True)
+
+    def _one(self, at: float) -> None:
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+        outcome = "ok"
+        try:
+            conn.request("GET", "/", headers={"User-Agent": HARNESS_UA})
+            resp = conn.getresponse()
+            resp.read()
+            if resp.status != 200:
+                outcome = f"HTTP {resp.status}"
+        except TimeoutError:
+            outcome = "timeout"
+        except (OSError, http.client.HTTPException) as e:
+            outcome = f"error: {type(e).__name__}"
+        finally:
+            conn.close()
+        with self._lock:
+            self.polls.append(Poll(at, time.monotonic() - at, outcome))
+            self._inflight -= 1
+
+    def _loop(self) -> None:
+        next_at = time.monotonic()
+        while not self._stop.wait(max(0.0, next_at - time.monotonic())):
+            with self._lock:
+                full = self._inflight >= self._max_inflight
+                if not full:
+                    self._inflight += 1
+            if full:
+                self.skipped += 1
+            else:
+                self._pool.submit(self._one, time.monotonic())
+            next_at += self.period
+
+    def start(self) -> Poller:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop sending; wait (bounded by the client timeout) for the requests still open."""
+        self._stop.set()
+        self._thread.join(5)
+        self._pool.shutdown(wait=True)
+
+
+# --- the daemon's own histogram, and the audit log -------------------------------------------------------
+
+def scrape_histogram(host: str, port: int, family: str, timeout: float = 15.0) -> dict[str, Any] | None:
+    """count, sum and cumulative buckets of a histogram on /metrics, summed over label sets.
+
+    None when /metrics did not answer; {"absent": True} when it answered without the family."""
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        conn.request("GET", "/metrics", headers={"User-Agent": HARNESS_UA})
+        resp = conn.getresponse()
+        text = resp.read().decode("utf-8", errors="replace")
+        if resp.status != 200:
+            return None
+    except (OSError, http.client.HTTPException):
+        return None
+    finally:
+        conn.close()
+    count = total = 0.0
+    buckets: dict[float, float] = {}
+    found = False
+    for fam in text_string_to_metric_families(text):
+        if fam.name != family:
+            continue
+        found = True
+        for s in fam.samples:
+            if s.name.endswith("_count"):
+                count += s.value
+            elif s.name.endswith("_sum"):
+                total += s.value
+            elif s.name.endswith("_bucket"):
+                le = float(s.labels.get("le", "inf"))
+                buckets[le] = buckets.get(le, 0.0) + s.value
+    if not found:
+        return {"absent": True}
+    return {"absent": False, "count": count, "sum": total, "buckets": dict(buckets)}
+
+
+def histogram_delta(before: dict[str, Any] | None, after: dict[str, Any] | None) -> dict[str, Any]:
+    """count, mean and a p99 upper bound (the bucket edge) of the observations between two scrapes."""
+    if after is None:
+        return {"state": "no answer from /metrics"}
+    if after.get("absent"):
+        return {"state": "absent"}
+    empty: dict[str, Any] = {"count": 0.0, "sum": 0.0, "buckets": {}}
+    base = before if before and not before.get("absent") else empty
+    count = after["count"] - base["count"]
+    total = after["sum"] - base["sum"]
+    edges = sorted(after["buckets"])
+    p99 = None
+    if count > 0:
+        for le in edges:
+            if after["buckets"][le] - base["buckets"].get(le, 0.0) >= 0.99 * count:
+                p99 = le
+                break
+    return {"state": "present", "count": count, "mean": total / count if count else None, "p99_le": p99,
+            "since_start": base is not before}
+
+
+def count_audit(path: Path, offset: int, t0: float, t1: float, agent_prefix: str) -> Counter[str]:
+    """Non-watch requests with a user agent starting with agent_prefix, received in [t0, t1] (unix s),
+    read from byte `offset` on; keyed `verb resource[/subresource]`."""
+    counts: Counter[str] = Counter()
+    needle = f'"userAgent":"{agent_prefix}'.encode()
+    with open(path, "rb") as f:
+        f.seek(max(0, offset - 1))
+        if offset and f.read(1) != b"\n":
+            f.readline()  # the offset fell inside a line: skip its rest
+        for line in f:
+            if needle not in line:
+                continue
+            try:
+                e = json.loads(line)
+            except ValueError:
+                continue
+            if e.get("verb") == "watch" or e.get("stage") != "ResponseComplete":
+                continue
+            at = parse_time(e.get("requestReceivedTimestamp"))
+            if at is None or not t0 <= at <= t1:
+                continue
+            ref = e.get("objectRef") or {}
+            res = str(ref.get("resource") or e.get("requestURI", "?"))
+            if ref.get("subresource"):
+                res += "/" + str(ref["subresource"])
+            counts[f"{e.get('verb')} {res}"] += 1
+    return counts

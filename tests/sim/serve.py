@@ -1,0 +1,202 @@
+"""Run the simulated kubelet in a process of its own, for benchmarks that must not share a GIL with it.
+
+    python -m tests.sim.serve --kubeconfig K --namespace NS --nodes N --stats-file F [--ready-file R]
+                              [--pool-size P]
+
+Starts a SimKubelet for NS, touches the ready file once the first pod list is done, and runs until
+SIGTERM or SIGINT. The signal handler only sets a flag; the main thread then writes the stats file,
+stops the kubelet (joining every pod thread) and writes the file again with the final records.
+
+The stats file (JSON, written atomically) is what a benchmark needs to tell a slow kubelet from a slow
+daemon: a summary of the kubelet's own lags over all pods (seen → bound, seen → Running, Running →
+report answered, report answered → exit written; p50/p99/max seconds), report answers by last HTTP
+status and by outcome, reports that needed more than one attempt, retried API calls, the process's CPU
+seconds, peak thread count and
+connections discarded because its pool was full, and one row per pod with its raw monotonic timestamps
+(CLOCK_MONOTONIC is system-wide, so another process on this machine can compare them with its own
+`time.monotonic()` and filter to a measured window). What it does not do: it measures nothing about
+the daemon, and it changes nothing in how SimKubelet drives pods.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import resource
+import signal
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import urllib3
+
+from tests.sim.api import DEFAULT_POOL_SIZE
+from tests.sim.kubelet import SimKubelet
+from tests.sim.records import PodRecord
+
+logger = logging.getLogger("tests.sim.serve")
+
+SAMPLE_EVERY = 1.0  # seconds between thread-count samples
+POLL = 0.2  # seconds between looks at the signal flag
+RECORD_FIELDS = ("seen", "bound", "running", "reported", "exited", "terminating", "deleted")
+
+
+def percentiles(values: list[float]) -> dict[str, float | int | None]:
+    """count, p50, p99 and max of values (None when there are none)."""
+    if not values:
+        return {"count": 0, "p50": None, "p99": None, "max": None}
+    s = sorted(values)
+    def at(p: float) -> float:
+        return s[min(len(s) - 1, round(p / 100 * (len(s) - 1)))]
+    return {"count": len(s), "p50": at(50), "p99": at(99), "max": s[-1]}
+
+
+def _gap(rec: PodRecord, a: str, b: str) -> float | None:
+    start, end = getattr(rec, a), getattr(rec, b)
+    return None if start is None or end is None else end - start
+
+
+def pod_row(rec: PodRecord) -> dict[str, Any]:
+    """One pod, flat: its timestamps, its report's answer and the simulator's own problems."""
+    row: dict[str, Any] = {"key": rec.key, "uid": rec.uid, "behaviour": rec.behaviour, "node": rec.node,
+                           "phase": rec.phase, "exit_code": rec.exit_code, "errors": list(rec.errors),
+                           "api_retries": rec.api_retries}
+    row.update({f: getattr(rec, f) for f in RECORD_FIELDS})
+    rep = rec.report
+    row["report"] = None if rep is None else {
+        "status": rep.status, "error": rep.error, "attempts": rep.attempts, "at": rep.at,
+        "response_body": rep.response_body[:300], "statuses": list(rep.statuses),
+        "outcome": rep.outcome.value if rep.outcome is not None else None}
+    return row
+
+
+def summarise(records: list[PodRecord]) -> dict[str, Any]:
+    """The kubelet's lags over every pod it drove, and how its reports were answered."""
+    gaps: dict[str, list[float]] = {"seen_to_bound": [], "seen_to_running": [], "running_to_reported": [],
+                                    "reported_to_exited": [], "terminating_to_deleted": []}
+    pairs = {"seen_to_bound": ("seen", "bound"), "seen_to_running": ("seen", "running"),
+             "running_to_reported": ("running", "reported"), "reported_to_exited": ("reported", "exited"),
+             "terminating_to_deleted": ("terminating", "deleted")}
+    statuses: Counter[str] = Counter()
+    outcomes: Counter[str] = Counter()
+    errors = retried_reports = api_retries = 0
+    for rec in records:
+        for name, (a, b) in pairs.items():
+            g = _gap(rec, a, b)
+            if g is not None:
+                gaps[name].append(g)
+        if rec.report is not None:
+            statuses[str(rec.report.status) if rec.report.status is not None else "no answer"] += 1
+            outcomes[rec.report.outcome.value if rec.report.outcome is not None else "under way"] += 1
+            retried_reports += rec.report.attempts > 1
+        errors += len(rec.errors)
+        api_retries += rec.api_retries
+    return {"pods": len(records), "lags": {k: percentiles(v) for k, v in gaps.items()},
+            "report_statuses": dict(statuses), "report_outcomes": dict(outcomes),
+            "reports_retried": retried_reports, "api_retries": api_retries, "simulator_errors": errors}
+
+
+class PoolFullCounter(logging.Filter):
+    """Counts (and drops) urllib3's "Connection pool is full" warnings: under a burst of pods the kubelet
+    opens more connections than its pool keeps, and thousands of log lines would cost CPU of their own."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.getMessage().startswith("Connection pool is full"):
+            self.count += 1
+            return False
+        return True
+
+
+class Serve:
+    """The process: a SimKubelet, a thread-count sampler, and the stats file."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.signalled = False  # set by the signal handler; polled by the main thread
+        self.stop_requested = threading.Event()
+        self.sim = SimKubelet(args.kubeconfig, nodes=args.nodes, namespace=args.namespace or None,
+                              node_prefix=args.node_prefix, pool_size=args.pool_size)
+        self.peak_threads = 0
+        self.pool_full = PoolFullCounter()
+        logging.getLogger("urllib3.connectionpool").addFilter(self.pool_full)
+        self.started_mono = time.monotonic()
+        self._sampler = threading.Thread(target=self._sample, name="sim-serve-sampler", daemon=True)
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self.signalled = True  # only a flag (no locks in a handler): the main thread does the work
+
+    def _sample(self) -> None:
+        while not self.stop_requested.wait(SAMPLE_EVERY):
+            self.peak_threads = max(self.peak_threads, threading.active_count())
+
+    def write_stats(self, final: bool) -> None:
+        records = list(self.sim.records.values())
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        stats = {"final": final, "pid": os.getpid(), "namespace": self.args.namespace, "nodes": self.args.nodes,
+                 "started_monotonic": self.started_mono, "written_monotonic": time.monotonic(),
+                 "cpu_seconds": usage.ru_utime + usage.ru_stime, "max_rss_kb": usage.ru_maxrss,
+                 "peak_threads": max(self.peak_threads, threading.active_count()),
+                 "connections_discarded": self.pool_full.count,
+                 "summary": summarise(records), "pods": [pod_row(r) for r in records]}
+        path = Path(self.args.stats_file)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(stats))
+        tmp.replace(path)
+
+    def run(self) -> int:
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+        self.sim.start(timeout=self.args.start_timeout)
+        self._sampler.start()
+        try:
+            if self.args.ready_file:
+                Path(self.args.ready_file).write_text(str(os.getpid()))
+            logger.info("serving namespace %s with %d nodes (pid %d)", self.args.namespace or "*",
+                        self.args.nodes, os.getpid())
+            next_write = time.monotonic() + self.args.stats_every
+            while not self.signalled:
+                time.sleep(POLL)
+                if self.args.stats_every and time.monotonic() >= next_write:
+                    self.write_stats(final=False)
+                    next_write = time.monotonic() + self.args.stats_every
+            logger.info("stopping")
+            self.write_stats(final=False)  # in case stop() takes long and the caller gives up waiting
+        finally:
+            self.stop_requested.set()
+            self.sim.stop()
+            self._sampler.join(5)
+            self.write_stats(final=True)
+        return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m tests.sim.serve", description=__doc__.splitlines()[0])
+    p.add_argument("--kubeconfig", required=True)
+    p.add_argument("--namespace", default="", help="the namespace to drive ('' = all)")
+    p.add_argument("--nodes", type=int, default=3)
+    p.add_argument("--node-prefix", default="sim-node")
+    p.add_argument("--pool-size", type=int, default=DEFAULT_POOL_SIZE,
+                   help="API connections kept for reuse (about the number of pods driven at once)")
+    p.add_argument("--stats-file", required=True)
+    p.add_argument("--ready-file", default="", help="written (with our pid) once the first pod list is done")
+    p.add_argument("--stats-every", type=float, default=0.0,
+                   help="also write the stats file every this many seconds (0 = only when stopping)")
+    p.add_argument("--start-timeout", type=float, default=60.0)
+    p.add_argument("--log-level", default="WARNING")
+    args = p.parse_args(argv)
+    urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)  # the test bed's self-signed cert
+    logging.basicConfig(level=args.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(threadName)s %(name)s: %(message)s")
+    return Serve(args).run()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
