@@ -1,21 +1,29 @@
-"""The simulated kubelet against the real test API server: binding, status, reports, deletion, exec."""
+"""The simulated kubelet against the real test API server: binding, status, reports and their retries,
+deletion, exec, and its watch across an API server that restarts or freezes."""
 from __future__ import annotations
 
 import ipaddress
+import itertools
 import json
 import sys
 import threading
+import time
 import urllib.error
 import uuid
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
 from tests.harness.cluster import TestCluster
 from tests.harness.wait import wait_for
+from tests.sim import kubelet as kubelet_module
+from tests.sim.api import RawApi, SimApiError
 from tests.sim.behaviours import Behaviour, behaviour_for_image
 from tests.sim.kubelet import SimKubelet, _cut
-from tests.sim.receiver import ReportReceiver
+from tests.sim.receiver import Answer, ReportReceiver
+from tests.sim.records import Outcome
+from tests.sim.retry import retry_after_seconds
 
 DEADLINE = 30.0
 
@@ -70,6 +78,28 @@ def waiting_reason(cluster: TestCluster, namespace: str, name: str) -> str:
 
 def report_env(receiver: ReportReceiver, run_uuid: str, **extra: str) -> dict[str, str]:
     return {"KH_REPORTING_URL": receiver.url, "KH_RUN_UUID": run_uuid, **extra}
+
+
+def deadline_in(seconds: float) -> str:
+    """A KH_CHECK_RUN_DEADLINE value (unix seconds, as the daemon writes it) `seconds` from now."""
+    return str(int(time.time() + seconds))
+
+
+Scripted = Callable[..., ReportReceiver]
+
+
+@pytest.fixture
+def scripted() -> Iterator[Scripted]:
+    """Start ReportReceivers with a script of answers; all are stopped after the test."""
+    started: list[ReportReceiver] = []
+
+    def start(*script: Answer | int) -> ReportReceiver:
+        r = ReportReceiver(script=script).start()
+        started.append(r)
+        return r
+    yield start
+    for r in started:
+        r.stop()
 
 
 def test_images_name_behaviours_and_anything_else_is_a_pull_error() -> None:
@@ -233,15 +263,132 @@ def test_exec_runs_the_real_command_with_the_pod_env(
     assert record.stderr.strip() == "to stderr"
 
 
-def test_a_report_to_a_closed_port_is_retried_then_given_up_and_the_pod_still_exits(
+def test_a_report_to_a_closed_port_is_retried_until_the_runs_deadline_and_the_pod_still_exits(
         cluster: TestCluster, namespace: str, kubelet: SimKubelet) -> None:
     dead = ReportReceiver()
     url = dead.url
     dead.stop()  # never started; the port is closed now
-    make_pod(cluster, namespace, "lonely", "kh-sim/ok", {"KH_REPORTING_URL": url, "KH_RUN_UUID": "u-8"})
+    make_pod(cluster, namespace, "lonely", "kh-sim/ok",
+             {"KH_REPORTING_URL": url, "KH_RUN_UUID": "u-8", "KH_CHECK_RUN_DEADLINE": deadline_in(3)})
     wait_phase(cluster, namespace, "lonely", "Succeeded")
     report = kubelet.report_results[f"{namespace}/lonely"]
     assert report.status is None and report.error and report.attempts > 1
+    assert report.outcome is Outcome.DEADLINE and report.statuses == []
+    record = kubelet.record(namespace, "lonely")
+    assert record is not None and record.running is not None and record.reported is not None
+    assert 1.0 < record.reported - record.running < 6.0  # retried until the deadline, then given up
+
+
+@pytest.mark.parametrize("status", [503, 429])
+def test_a_report_answered_503_or_429_with_retry_after_is_retried_after_that_wait_and_then_accepted(
+        cluster: TestCluster, namespace: str, kubelet: SimKubelet, scripted: Scripted, status: int) -> None:
+    busy = Answer(status, b"control plane away\n", headers={"Retry-After": "1"})
+    receiver = scripted(busy, busy)  # then the default 200
+    make_pod(cluster, namespace, "patient", "kh-sim/ok",
+             report_env(receiver, "u-11", KH_CHECK_RUN_DEADLINE=deadline_in(60)))
+    pod = wait_phase(cluster, namespace, "patient", "Succeeded")
+    report = kubelet.report_results[f"{namespace}/patient"]
+    assert report.outcome is Outcome.ACCEPTED and report.ok
+    assert report.attempts == 3 and report.statuses == [status, status, 200]
+    assert report.status == 200 and report.response_body == "ok\n" and report.error is None
+    got = receiver.from_ip(pod["status"]["podIP"])
+    assert len(got) == 3 and {r.headers["kh-run-uuid"] for r in got} == {"u-11"}
+    assert {r.body for r in got} == {b'{"OK": true, "Errors": []}'}
+    gaps = [b.at - a.at for a, b in itertools.pairwise(got)]
+    assert all(1.0 <= g < 3.0 for g in gaps), gaps  # Retry-After: 1 honoured, plus a little jitter
+
+
+def test_a_report_answered_400_is_final_and_not_retried(
+        cluster: TestCluster, namespace: str, kubelet: SimKubelet, scripted: Scripted) -> None:
+    receiver = scripted(Answer(400, b"bad report\n"))  # a retry would get 200
+    make_pod(cluster, namespace, "rejected", "kh-sim/ok",
+             report_env(receiver, "u-12", KH_CHECK_RUN_DEADLINE=deadline_in(60)))
+    pod = wait_phase(cluster, namespace, "rejected", "Succeeded")
+    report = kubelet.report_results[f"{namespace}/rejected"]
+    assert report.outcome is Outcome.REJECTED and not report.ok
+    assert report.attempts == 1 and report.statuses == [400] and report.status == 400
+    assert report.response_body == "bad report\n"
+    assert len(receiver.from_ip(pod["status"]["podIP"])) == 1
+
+
+@pytest.mark.parametrize("answer", [
+    Answer(503, headers={"Retry-After": "30"}),  # the pod is deleted while it waits to retry
+    Answer(200, delay=30),  # the pod is deleted while its attempt waits for the answer
+], ids=["between-attempts", "waiting-for-the-answer"])
+def test_a_report_under_way_stops_at_once_when_its_pod_is_deleted(
+        cluster: TestCluster, namespace: str, kubelet: SimKubelet, scripted: Scripted, answer: Answer) -> None:
+    receiver = scripted(answer)
+    make_pod(cluster, namespace, "doomed", "kh-sim/ok",
+             report_env(receiver, "u-13", KH_CHECK_RUN_DEADLINE=deadline_in(120)))
+    wait_for(lambda: receiver.received, DEADLINE, what="the first report attempt")
+    cluster.request("DELETE", f"/api/v1/namespaces/{namespace}/pods/doomed")
+    wait_for(lambda: get_pod(cluster, namespace, "doomed") is None, DEADLINE, what="pod gone")
+    record = kubelet.record(namespace, "doomed")
+    assert record is not None
+    report = wait_for(lambda: record.report, DEADLINE, what="the report to end")
+    assert report is not None
+    assert report.outcome is Outcome.CANCELLED and report.attempts == 1 and not report.ok
+    assert record.terminating is not None and report.at is not None
+    assert report.at - record.terminating < 1.0
+    assert record.exited is None and len(receiver.received) == 1
+
+
+def test_retry_after_accepts_seconds_and_http_dates_and_ignores_anything_else() -> None:
+    assert retry_after_seconds("3") == 3.0
+    assert retry_after_seconds(" 0 ") == 0.0
+    assert retry_after_seconds("Wed, 21 Oct 2015 07:28:00 GMT", now=1445412470.0) == 10.0
+    assert retry_after_seconds("Wed, 21 Oct 2015 07:28:00 GMT", now=1445412490.0) == 0.0
+    for junk in (None, "", "soon", "inf", "nan"):
+        assert retry_after_seconds(junk) is None
+
+
+def test_a_status_write_that_fails_in_transport_is_retried_and_the_pod_runs_to_the_end(
+        cluster: TestCluster, namespace: str, kubelet: SimKubelet, receiver: ReportReceiver,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    real_call = RawApi.call
+    failures: list[str] = []
+
+    def flaky(self: RawApi, method: str, path: str, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        if path.endswith("/pods/flaky/status") and len(failures) < 2:
+            failures.append(path)
+            raise SimApiError(0, "ReadTimeoutError: read timed out (simulated)")
+        return real_call(self, method, path, *args, **kwargs)
+
+    monkeypatch.setattr(RawApi, "call", flaky)
+    make_pod(cluster, namespace, "flaky", "kh-sim/ok", report_env(receiver, "u-14"))
+    pod = wait_phase(cluster, namespace, "flaky", "Succeeded")
+    assert len(failures) == 2
+    assert state_of(pod)["terminated"]["exitCode"] == 0
+    record = kubelet.record(namespace, "flaky")
+    assert record is not None and record.api_retries == 2 and record.errors == []
+    assert record.report is not None and record.report.ok
+
+
+def test_a_status_write_answered_with_a_final_4xx_is_not_retried(
+        cluster: TestCluster, namespace: str, kubelet: SimKubelet, monkeypatch: pytest.MonkeyPatch) -> None:
+    real_call = RawApi.call
+    calls: list[str] = []
+
+    def invalid(self: RawApi, method: str, path: str, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        if path.endswith("/pods/refused/status"):
+            calls.append(path)
+            raise SimApiError(422, '{"reason": "Invalid"}')
+        return real_call(self, method, path, *args, **kwargs)
+
+    monkeypatch.setattr(RawApi, "call", invalid)
+    make_pod(cluster, namespace, "refused", "kh-sim/ok")
+    record = wait_for(lambda: kubelet.record(namespace, "refused"), DEADLINE, what="the pod adopted")
+    assert record is not None
+    wait_for(lambda: record.errors, DEADLINE, what="the failed write recorded")
+    assert len(calls) == 1 and record.api_retries == 0 and "422" in record.errors[0]
+    assert record.running is None
+
+
+def test_the_kubelet_hands_its_pool_size_to_the_api_connection_pool(cluster: TestCluster, namespace: str) -> None:
+    with SimKubelet(str(cluster.kubeconfig), nodes=1, namespace=namespace, pool_size=7) as sim:
+        assert sim._api is not None
+        assert sim._api._client.rest_client.pool_manager.connection_pool_kw["maxsize"] == 7
+    assert SimKubelet(str(cluster.kubeconfig)).pool_size == 128
 
 
 @pytest.mark.parametrize("image", ["kh-sim/hang", "kh-sim/exec"])
@@ -272,3 +419,40 @@ def test_a_cluster_wide_kubelet_drives_pods_and_resumes_after_its_watch_connecti
         pod = wait_phase(cluster, namespace, "second", "Succeeded")
         assert pod["spec"]["nodeName"] in dict(sim.nodes)
     assert sorted(r.headers["kh-run-uuid"] for r in receiver.received) == ["u-10", "u-9"]
+
+
+def test_the_kubelet_keeps_driving_pods_across_an_api_server_restart(
+        cluster: TestCluster, namespace: str, kubelet: SimKubelet, receiver: ReportReceiver) -> None:
+    make_pod(cluster, namespace, "before", "kh-sim/ok", report_env(receiver, "u-15", SIM_PENDING_DELAY="2"))
+    wait_for(lambda: waiting_reason(cluster, namespace, "before") == "ContainerCreating",
+             DEADLINE, what="ContainerCreating")
+    cluster.restart_apiserver(down_seconds=3)  # the Running write falls into the outage
+    pod = wait_phase(cluster, namespace, "before", "Succeeded")
+    assert state_of(pod)["terminated"]["exitCode"] == 0
+    record = kubelet.record(namespace, "before")
+    assert record is not None and record.api_retries >= 1 and record.errors == []
+    # the watch came back (re-listing if its resourceVersion expired) and drives new pods
+    make_pod(cluster, namespace, "after", "kh-sim/ok", report_env(receiver, "u-16"))
+    wait_phase(cluster, namespace, "after", "Succeeded")
+    assert sorted(r.headers["kh-run-uuid"] for r in receiver.received) == ["u-15", "u-16"]
+
+
+def test_a_watch_stream_gone_silent_on_a_frozen_api_server_is_dropped_and_resumed(
+        cluster: TestCluster, namespace: str, receiver: ReportReceiver, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert kubelet_module.WATCH_SECONDS < kubelet_module.WATCH_READ_TIMEOUT <= 40
+    # the same rule, scaled down: the server would end a healthy stream after 2 s; silence for 3 s is a fault
+    monkeypatch.setattr(kubelet_module, "WATCH_SECONDS", 2)
+    monkeypatch.setattr(kubelet_module, "WATCH_READ_TIMEOUT", 3.0)
+    monkeypatch.setattr(kubelet_module, "WATCH_CONNECT_TIMEOUT", 2.0)
+    with SimKubelet(str(cluster.kubeconfig), nodes=1, namespace=namespace) as sim:
+        wait_for(lambda: sim._resp, DEADLINE, what="an open watch")
+        cluster.freeze()
+        try:
+            stuck_at = sim.watch_requests
+            # Only the client's timeouts can end a request to a frozen server. Two new requests: the first
+            # may follow a stream the server ended just before the freeze; the second cannot.
+            wait_for(lambda: sim.watch_requests >= stuck_at + 2, 20, what="the silent watch dropped and retried")
+        finally:
+            cluster.thaw()
+        make_pod(cluster, namespace, "thawed", "kh-sim/ok", report_env(receiver, "u-17"))
+        wait_phase(cluster, namespace, "thawed", "Succeeded")

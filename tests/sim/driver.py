@@ -1,8 +1,13 @@
 """One pod's life on the simulated kubelet: bind, Pending, Running, the behaviour, the exit.
 
 Each pod gets its own thread (named sim-pod-<ns>/<name>) that waits only on its cancel event, so a
-deletion noticed by the kubelet's watch stops it at once; a kh-sim/exec subprocess is killed with its
-whole process group. After cancellation the driver writes nothing more to the API server.
+deletion noticed by the kubelet's watch stops it at once: a kh-sim/exec subprocess is killed with its
+whole process group, and a report under way is cut (its socket shut down). After cancellation the
+driver writes nothing more to the API server.
+
+API writes (binding, status) are retried like a real kubelet retries them: transport errors, 429 and
+5xx with jittered, capped backoff until the pod is cancelled (RawApi.call_until), so an API server that
+restarts, freezes or times out leaves no pod stuck. A 404 (the pod is gone) or another 4xx is final.
 """
 from __future__ import annotations
 
@@ -27,7 +32,7 @@ from tests.sim.behaviours import (
     first_container,
 )
 from tests.sim.records import PodRecord
-from tests.sim.report import send_report
+from tests.sim.report import InFlight, run_deadline, send_report
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +56,7 @@ class PodDriver:
         self._cancel = threading.Event()
         self._lock = threading.Lock()
         self._proc: subprocess.Popen[bytes] | None = None
+        self._inflight = InFlight()  # the report attempt under way, cut on cancel
         self._thread = threading.Thread(target=self._run, name=f"sim-pod-{record.key}", daemon=True)
         meta = pod.get("metadata") or {}
         self._path = f"/api/v1/namespaces/{meta.get('namespace')}/pods/{meta.get('name')}"
@@ -62,6 +68,7 @@ class PodDriver:
 
     def cancel(self) -> None:
         self._cancel.set()
+        self._inflight.cut()
         with self._lock:
             proc = self._proc
         if proc is not None and proc.poll() is None:
@@ -88,33 +95,53 @@ class PodDriver:
             logger.exception("simulated pod %s failed", self.record.key)
             self.record.errors.append("driver crashed; see log")
 
+    def _count_retry(self, error: SimApiError) -> None:
+        self.record.api_retries += 1
+
     def _write_status(self, patch: dict[str, Any]) -> bool:
+        """Merge-patch pods/<name>/status, retrying transient failures until cancelled; True once written."""
         if self._cancel.is_set():
             return False
         try:
-            self._api.call("PATCH", self._path + "/status", patch, content_type=MERGE_PATCH)
+            written = self._api.call_until(self._cancel, "PATCH", self._path + "/status", patch,
+                                           content_type=MERGE_PATCH, on_retry=self._count_retry)
         except SimApiError as e:
             if not self._cancel.is_set() and e.status != 404:
                 logger.warning("status write for %s failed: %s", self.record.key, e)
                 self.record.errors.append(f"status write: {e}")
             return False
-        return True
+        return written is not None and not self._cancel.is_set()
 
     def _do_bind(self) -> bool:
         meta = self._pod.get("metadata") or {}
         body = {"apiVersion": "v1", "kind": "Binding",
                 "metadata": {"name": meta.get("name"), "uid": self.uid},
                 "target": {"apiVersion": "v1", "kind": "Node", "name": self._node}}
+        retries = self.record.api_retries
         try:
-            self._api.call("POST", self._path + "/binding", body)
+            bound = self._api.call_until(self._cancel, "POST", self._path + "/binding", body,
+                                         on_retry=self._count_retry)
         except SimApiError as e:
+            if e.status == 409 and self.record.api_retries > retries and self._bound_to_us():
+                return True  # an earlier attempt that timed out did bind it
             if e.status not in (404, 409):
                 logger.warning("binding %s to %s failed: %s", self.record.key, self._node, e)
                 self.record.errors.append(f"binding: {e}")
             else:
                 logger.debug("binding %s skipped: %s", self.record.key, e)
             return False
-        return True
+        return bound is not None and not self._cancel.is_set()
+
+    def _bound_to_us(self) -> bool:
+        """After a retried binding answered 409: is the pod (this uid) on our node anyway?"""
+        try:
+            pod = self._api.call_until(self._cancel, "GET", self._path, on_retry=self._count_retry)
+        except SimApiError:
+            return False
+        if pod is None:
+            return False
+        return (str((pod.get("metadata") or {}).get("uid", "")) == self.uid
+                and (pod.get("spec") or {}).get("nodeName") == self._node)
 
     def _lifecycle(self) -> None:
         rec = self.record
@@ -192,10 +219,13 @@ class PodDriver:
         if body is None:
             body = json.dumps({"OK": ok, "Errors": [] if ok else list(settings.errors)}).encode()
         run_uuid = env.get("KH_RUN_UUID") if settings.uuid_header else None
-        result = send_report(url, body, run_uuid, self.pod_ip, self._cancel)
+        result = send_report(url, body, run_uuid, self.pod_ip, self._cancel, deadline=run_deadline(env),
+                             inflight=self._inflight)
         self.record.report = result
         self.record.reported = result.at
-        logger.debug("pod %s reported: status=%s error=%s", self.record.key, result.status, result.error)
+        logger.debug("pod %s reported: %s, status=%s after %d attempts %s, error=%s", self.record.key,
+                     result.outcome.value if result.outcome else "?", result.status, result.attempts,
+                     result.statuses, result.error)
 
     def _exec(self, env: dict[str, str]) -> int | None:
         argv = exec_argv(self._pod)

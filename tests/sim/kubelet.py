@@ -6,6 +6,10 @@ behaviour named by the image (see README.md) and honours deletion and eviction b
 pods with grace 0. Everything is driven by one watch (re-listing on 410, resuming on errors); each pod
 gets its own thread (driver.py), and force deletions go through a small pool so the watch never blocks
 on them. It does not simulate restarts, probes, init containers, volumes or resource accounting.
+
+The watch survives an API server that restarts (connection refused for a while, then 410 on resume:
+it retries with backoff capped at WATCH_RETRY_CAP and re-lists) and one that freezes (the stream goes
+silent: the read timeout, a little longer than the server-side timeoutSeconds, drops it and resumes).
 """
 from __future__ import annotations
 
@@ -20,15 +24,21 @@ import urllib3
 from kubernetes.watch.watch import iter_resp_lines
 
 from tests.sim import podstatus
-from tests.sim.api import MERGE_PATCH, RawApi, SimApiError
+from tests.sim.api import DEFAULT_POOL_SIZE, MERGE_PATCH, RawApi, SimApiError
 from tests.sim.behaviours import behaviour_for_image, first_container
 from tests.sim.driver import PodDriver
 from tests.sim.records import PodRecord, ReportResult
+from tests.sim.retry import backoff
 
 logger = logging.getLogger(__name__)
 
-WATCH_SECONDS = 60  # server-side watch timeout; the read timeout is a little longer
-RETRY_PAUSE = 0.5  # seconds before resuming after a watch error
+WATCH_SECONDS = 30  # server-side watch timeout: a healthy stream ends (and is resumed) this often
+# Client-side read timeout of the watch: a stream silent for this long (a frozen API server; a healthy one
+# ends it after WATCH_SECONDS and sends bookmarks) is dropped and resumed.
+WATCH_READ_TIMEOUT = WATCH_SECONDS + 5.0
+WATCH_CONNECT_TIMEOUT = 5.0
+WATCH_RETRY_BASE = 0.25  # seconds before the first resume after a watch error; doubles per failure
+WATCH_RETRY_CAP = 2.0  # seconds: the longest pause between attempts while the API server is away
 JOIN_TIMEOUT = 20.0
 
 
@@ -41,9 +51,12 @@ class SimKubelet:
     start() once, stop() (idempotent) once done. Two kubelets must not watch overlapping namespaces."""
 
     def __init__(self, kubeconfig_path: str, nodes: int = 3, namespace: str | None = None,
-                 node_prefix: str = "sim-node") -> None:
+                 node_prefix: str = "sim-node", pool_size: int = DEFAULT_POOL_SIZE) -> None:
+        """`pool_size`: API connections kept for reuse; about the number of pods driven at once (one
+        thread each), or every call beyond it pays a new TLS handshake."""
         self.kubeconfig_path = str(kubeconfig_path)
         self.namespace = namespace
+        self.pool_size = pool_size
         self.nodes: list[tuple[str, str]] = [(f"{node_prefix}-{i}", podstatus.node_ip(i))
                                              for i in range(nodes)]
         self._node_ips = dict(self.nodes)
@@ -58,6 +71,8 @@ class SimKubelet:
         self._next_node = 0
         self._resp: Any = None  # the open watch response, so stop() can cut it
         self._rv = ""  # last resourceVersion seen (watch thread only); "" means list first
+        self._failures = 0  # watch attempts failed in a row (watch thread only); sets the backoff
+        self.watch_requests = 0  # watch requests opened (for tests: a dropped stream was resumed)
         self._watch_thread = threading.Thread(target=self._watch_loop, name="sim-watch", daemon=True)
         self._deleter = ThreadPoolExecutor(max_workers=4, thread_name_prefix="sim-delete")
 
@@ -65,7 +80,7 @@ class SimKubelet:
 
     def start(self, timeout: float = 30.0) -> SimKubelet:
         """Create the nodes, start the watch and return once the first list is done."""
-        self._api = RawApi(self.kubeconfig_path)
+        self._api = RawApi(self.kubeconfig_path, pool_size=self.pool_size)
         try:
             for name, ip in self.nodes:
                 self._ensure_node(name, ip)
@@ -161,6 +176,7 @@ class SimKubelet:
             try:
                 if not self._rv:
                     self._rv = self._relist()
+                    self._failures = 0
                     self._synced.set()
                 self._watch_once()
             except _Expired:
@@ -169,20 +185,30 @@ class SimKubelet:
             except SimApiError as e:
                 if self._stop.is_set():
                     break
-                logger.warning("pod watch failed: %s", e)
-                if e.status == 410:
+                if e.status == 410:  # the whole request answered 410 (not an ERROR event): re-list now
+                    logger.info("pod watch from %s is too old; re-listing", self._rv)
                     self._rv = ""
-                self._stop.wait(RETRY_PAUSE)
-            except (urllib3.exceptions.HTTPError, OSError) as e:
+                    continue
+                self._pause(f"pod watch failed: {e}")
+            except (urllib3.exceptions.HTTPError, OSError) as e:  # the stream broke or went silent
                 if self._stop.is_set():
                     break
-                logger.warning("pod watch connection lost (%s); resuming from %s", e, self._rv or "a list")
-                self._stop.wait(RETRY_PAUSE)
+                self._pause(f"pod watch connection lost ({type(e).__name__}: {e})")
             except Exception:  # top of the watch loop: log, back off, resume
                 if self._stop.is_set():
                     break
                 logger.exception("pod watch broke; resuming from %s", self._rv or "a fresh list")
-                self._stop.wait(RETRY_PAUSE)
+                self._pause("pod watch broke")
+
+    def _pause(self, why: str) -> None:
+        """Back off before the next attempt: exponential with jitter, capped at WATCH_RETRY_CAP."""
+        self._failures += 1
+        delay = backoff(self._failures, WATCH_RETRY_BASE, WATCH_RETRY_CAP)
+        # the first failure and then one line in ten, so a long outage does not flood the log
+        log = logger.warning if self._failures % 10 == 1 else logger.debug
+        log("%s; resuming from %s in %.2fs (failure %d in a row)", why, self._rv or "a list", delay,
+            self._failures)
+        self._stop.wait(delay)
 
     def _relist(self) -> str:
         assert self._api is not None
@@ -203,7 +229,9 @@ class SimKubelet:
         assert self._api is not None
         query = {"watch": "true", "resourceVersion": self._rv, "allowWatchBookmarks": "true",
                  "timeoutSeconds": WATCH_SECONDS}
-        resp = self._api.stream(self._pods_path(), query, timeout=(5.0, WATCH_SECONDS + 15.0))
+        self.watch_requests += 1
+        resp = self._api.stream(self._pods_path(), query, timeout=(WATCH_CONNECT_TIMEOUT, WATCH_READ_TIMEOUT))
+        self._failures = 0  # the API server answered: the next failure starts the backoff afresh
         with self._lock:
             self._resp = resp
         try:
@@ -318,22 +346,20 @@ class SimKubelet:
             pass
 
     def _delete_now(self, key: str, uid: str) -> None:
+        """Grace-0 delete, retried on transient errors until it is answered or the kubelet stops."""
         assert self._api is not None
         namespace, name = key.split("/", 1)
         body = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0,
                 "preconditions": {"uid": uid}}
-        for attempt in range(5):
-            try:
-                self._api.call("DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}", body)
-                return
-            except SimApiError as e:
-                if e.status in (404, 409):
-                    return  # already gone, or a new pod took the name
-                logger.warning("grace-0 delete of %s failed (attempt %d): %s", key, attempt + 1, e)
-            if self._stop.wait(0.2 * (attempt + 1)):
-                return
+        try:
+            self._api.call_until(self._stop, "DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}", body)
+            return  # deleted (the DELETED event clears _deleting), or we are stopping
+        except SimApiError as e:
+            if e.status in (404, 409):
+                return  # already gone, or a new pod took the name
+            logger.warning("grace-0 delete of %s failed: %s", key, e)
         with self._lock:
-            self._deleting.discard(uid)
+            self._deleting.discard(uid)  # a later event for the pod may try again
 
 
 def _cut(resp: Any) -> None:

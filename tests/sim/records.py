@@ -5,22 +5,35 @@ a pod that vanishes is forgotten by the kubelet's driver but its record stays re
 """
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
+
+
+class Outcome(str, enum.Enum):
+    """How a report ended (ReportResult.outcome)."""
+
+    ACCEPTED = "accepted"  # answered 2xx
+    REJECTED = "rejected"  # a final answer: 1xx/3xx/4xx other than 429; not retried
+    DEADLINE = "deadline"  # transport errors, 429 or 5xx until the run's deadline; given up
+    CANCELLED = "cancelled"  # the pod was deleted (or the kubelet stopped) first
+    REFUSED = "refused"  # the URL cannot be used (not http, not loopback); nothing was sent
 
 
 @dataclass
 class ReportResult:
-    """One checker report as sent over HTTP, and what the receiver answered."""
+    """One checker report as sent over HTTP (with retries), and what the receiver answered."""
 
     url: str
     source_ip: str
     body: bytes
     uuid_header: str | None  # the kh-run-uuid value sent, None when the header was left out
-    status: int | None = None  # HTTP status; None when no answer was ever received
-    response_body: str = ""
-    error: str | None = None  # last transport error, when no answer was received
-    attempts: int = 0
-    at: float | None = None  # monotonic time of the answer (or of giving up)
+    status: int | None = None  # the last HTTP status answered; None when no attempt got an answer
+    response_body: str = ""  # the body of that last answer
+    error: str | None = None  # the last attempt's transport error (None when it got an answer)
+    attempts: int = 0  # HTTP attempts made
+    at: float | None = None  # monotonic time of the final answer (or of giving up / cancellation)
+    statuses: list[int] = field(default_factory=list)  # every HTTP status answered, in order
+    outcome: Outcome | None = None  # how it ended; None while it is under way
 
     @property
     def ok(self) -> bool:
@@ -53,6 +66,7 @@ class PodRecord:
     stdout: str = ""  # kh-sim/exec only
     stderr: str = ""  # kh-sim/exec only
     errors: list[str] = field(default_factory=list)  # simulator-side problems (failed API writes, ...)
+    api_retries: int = 0  # API calls for this pod that failed transiently and were retried (not errors)
 
     @property
     def key(self) -> str:
