@@ -20,8 +20,10 @@ $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
+# setuptools' editable-install notices (about its own modes, not about this package) are silenced so
+# the README's commands start with what matters; build errors still show.
 venv: $(BIN)/python
-	$(BIN)/pip install -q -e '.[test]'
+	PYTHONWARNINGS=ignore $(BIN)/pip install -q -e '.[test]'
 
 testbed:
 	bash hack/testbed/setup.sh

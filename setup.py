@@ -33,8 +33,8 @@ setup(
     },
     entry_points={"console_scripts": ["kuberhealthy = kuberhealthy.cli:main"]},
     include_package_data=True,
+    license="Apache-2.0",  # an SPDX expression (license classifiers are deprecated)
     classifiers=[
         "Programming Language :: Python :: 3",
-        "License :: OSI Approved :: Apache Software License",
     ],
 )
