@@ -14,7 +14,7 @@ help:
 	@echo "make image   - build the daemon image (docker, podman or buildah; BASE_IMAGE=debian: no registry)"
 	@echo "make image-test - build the image on a Debian-made base and smoke-test it (part of make test)"
 	@echo "make scale   - N checks on one daemon (250, 1000, 2000): lag, failures, CPU, memory, API; targets at 1000"
-	@echo "make faults  - API server restart/freeze/outage, silent network, leader kill, config reload: invariants table (~12 min)"
+	@echo "make faults  - API server restart/freeze/outage, silent network, leader kill, config reload: invariants table (~10 min)"
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)

@@ -4,13 +4,20 @@ Binaries come from hack/testbed/setup.sh (built once, cached). Every start picks
 so several test beds can run side by side. RBAC is on; the admin identity authenticates with a static
 token; ServiceAccount tokens are minted with the TokenRequest API so a daemon can be run under the
 chart's least-privilege account. The audit log (one JSON line per request) lets benchmarks count the
-API requests a component makes.
+API requests a component makes; writes to khstates are logged with their request bodies, so a fault
+scenario can see every OK/Errors the daemon wrote even across API server restarts.
+
+Fault controls (for bench/faults.py and tests/integration/test_faults.py): the API server can be
+killed or stopped and started again on the same etcd, port, certificates, token file, ServiceAccount
+keys and audit log (so kubeconfigs and minted tokens stay valid and the audit log keeps appending), and
+frozen with SIGSTOP / thawed with SIGCONT. stop() always thaws first, so no API server is left stopped.
 
 Nothing here is imported by the product.
 """
 from __future__ import annotations
 
 import atexit
+import base64
 import json
 import os
 import shutil
@@ -35,10 +42,17 @@ REPO = Path(__file__).resolve().parents[2]
 SETUP = REPO / "hack" / "testbed" / "setup.sh"
 ADMIN_TOKEN = "kh-testbed-admin-token"
 
+# First matching rule wins. Writes to khstates carry their request bodies (level Request) so an
+# observer can read every OK/Errors written; everything else stays at Metadata (counts by userAgent).
 AUDIT_POLICY = """apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: ["RequestReceived"]
 rules:
+- level: Request
+  verbs: ["create", "update", "patch"]
+  resources:
+  - group: comcast.github.io
+    resources: ["khstates"]
 - level: Metadata
 """
 
@@ -86,8 +100,11 @@ class TestCluster:
     workdir: Path
     with_kcm: bool = False
     api_port: int = 0
+    etcd_port: int = 0
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     binaries: dict[str, str] = field(default_factory=dict)
+    argv: dict[str, list[str]] = field(default_factory=dict)  # kept so a process can be respawned
+    frozen: bool = False  # the API server is SIGSTOPped
 
     __test__ = False  # not a pytest test class
 
@@ -114,6 +131,7 @@ class TestCluster:
         (wd / "tokens.csv").write_text(f'{ADMIN_TOKEN},admin,admin-uid,"system:masters"\n')
         (wd / "audit-policy.yaml").write_text(AUDIT_POLICY)
         etcd_port, peer_port = free_port(), free_port()
+        self.etcd_port = etcd_port
         self.api_port = free_port()
         self._spawn("etcd", [
             self.binaries["ETCD"], "--name", "testbed", "--data-dir", str(wd / "etcd"),
@@ -142,7 +160,7 @@ class TestCluster:
             f"--audit-policy-file={wd / 'audit-policy.yaml'}",
             f"--audit-log-path={self.audit_log}", "--audit-log-maxsize=0",
         ])
-        self._wait_http(f"{self.server}/readyz", "apiserver", 90, token=ADMIN_TOKEN)
+        self.wait_ready(90)
         self.kubeconfig.write_text(kubeconfig_text(self.server, ADMIN_TOKEN))
         if self.with_kcm and self.binaries.get("KUBE_CONTROLLER_MANAGER"):
             self._spawn("kcm", [
@@ -153,9 +171,92 @@ class TestCluster:
             ])
         return self
 
-    def _spawn(self, name: str, argv: list[str]) -> None:
-        log = open(self.workdir / f"{name}.log", "wb")
-        self.procs[name] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    def _spawn(self, name: str, argv: list[str], append: bool = False) -> None:
+        self.argv[name] = list(argv)
+        with open(self.workdir / f"{name}.log", "ab" if append else "wb") as log:
+            self.procs[name] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
+                                                start_new_session=True)
+
+    def wait_ready(self, limit: float = 90) -> None:
+        """Block until the API server answers /readyz with 200 (raises if it exits or takes too long)."""
+        self._wait_http(f"{self.server}/readyz", "apiserver", limit, token=ADMIN_TOKEN)
+
+    # --- fault controls ------------------------------------------------------------------------------
+
+    @property
+    def apiserver_running(self) -> bool:
+        proc = self.procs.get("apiserver")
+        return proc is not None and proc.poll() is None
+
+    def stop_apiserver(self, sig: int = signal.SIGKILL, timeout: float = 30) -> None:
+        """End the API server (SIGKILL: a crash; SIGTERM: a graceful stop). etcd keeps running.
+
+        A frozen server is thawed first, or SIGTERM would stay pending forever."""
+        proc = self.procs.get("apiserver")
+        if proc is None or proc.poll() is not None:
+            return
+        self.thaw()
+        os.killpg(proc.pid, sig)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+    def start_apiserver(self, ready_timeout: float = 90) -> None:
+        """Start the API server again with the argv of the first start: same etcd, port, certificates,
+        token file, ServiceAccount keys and audit log (appended to). Returns once /readyz is 200."""
+        if self.apiserver_running:
+            raise RuntimeError("the API server is still running")
+        if "apiserver" not in self.argv:
+            raise RuntimeError("the API server was never started")
+        self._spawn("apiserver", self.argv["apiserver"], append=True)
+        self.frozen = False
+        # Go listeners set SO_REUSEADDR, so the new process rebinds the same port at once.
+        self.wait_ready(ready_timeout)
+
+    def restart_apiserver(self, down_seconds: float = 0.0, sig: int = signal.SIGKILL,
+                          ready_timeout: float = 90) -> None:
+        """stop_apiserver(sig), stay down for down_seconds, start_apiserver()."""
+        self.stop_apiserver(sig)
+        if down_seconds > 0:
+            time.sleep(down_seconds)
+        self.start_apiserver(ready_timeout)
+
+    def advance_etcd_revision(self, writes: int = 1) -> int:
+        """Write a key of our own straight to etcd (its v3 JSON gateway), bypassing the API server.
+
+        etcd's revision is global, so while the API server is down this stands in for the other
+        writers of a real cluster (other API servers, controllers): a restarted API server then starts
+        its watch cache past every resourceVersion its clients saw, and their watches get 410 Gone, as
+        they would in production. Returns the new revision."""
+        revision = 0
+        for i in range(writes):
+            body = json.dumps({"key": base64.b64encode(b"/kh-testbed/revision-bump").decode(),
+                               "value": base64.b64encode(str(i).encode()).decode()}).encode()
+            req = urllib.request.Request(f"http://127.0.0.1:{self.etcd_port}/v3/kv/put", data=body,
+                                         method="POST", headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                revision = int(json.loads(resp.read())["header"]["revision"])
+        return revision
+
+    def freeze(self) -> None:
+        """SIGSTOP the API server: connections stay open, nothing answers (a hung process)."""
+        proc = self.procs.get("apiserver")
+        if proc is None or proc.poll() is not None:
+            raise RuntimeError("the API server is not running")
+        self.frozen = True  # first, so a thaw after any failure here still sends SIGCONT
+        os.killpg(proc.pid, signal.SIGSTOP)
+
+    def thaw(self, always: bool = False) -> None:
+        """SIGCONT a frozen API server (a no-op otherwise; `always`: send it anyway)."""
+        proc = self.procs.get("apiserver")
+        if (self.frozen or always) and proc is not None and proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        self.frozen = False
 
     def _wait_http(self, url: str, name: str, limit: float, token: str | None = None) -> None:
         ctx = ssl.create_default_context()
@@ -180,6 +281,7 @@ class TestCluster:
         raise RuntimeError(f"{name} not ready after {limit}s")
 
     def stop(self) -> None:
+        self.thaw(always=True)  # a SIGSTOPped server would never act on SIGTERM
         for name in ("kcm", "apiserver", "etcd"):
             proc = self.procs.pop(name, None)
             if proc is None or proc.poll() is not None:
