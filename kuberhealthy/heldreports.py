@@ -18,6 +18,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from kuberhealthy import khstate
@@ -31,6 +32,7 @@ MAX_HELD = 5000
 RETRY_FIRST = 0.25  # seconds
 RETRY_MAX = 2.0  # seconds
 WRITE_TIMEOUT = 5.0  # seconds per request while flushing
+FLUSH_WORKERS = 8  # held reports written at once
 
 
 @dataclass(frozen=True)
@@ -81,35 +83,45 @@ class HeldReports(BackgroundThread):
         self._wakeup.set()
 
     def flush_once(self) -> bool:
-        """Try every held report once; True when nothing is left."""
+        """Try every held report once, FLUSH_WORKERS at a time; True when nothing is left.
+
+        Each report is tried on its own: a slow or failing write does not hold up the others (an API
+        server that is slow rather than away still stores most of them within their deadlines).
+        """
         with self._lock:
             pending = list(self._held.values())
-        for held in pending:
-            if self._stop.is_set():
-                break
-            if self._wall() > held.expires:
-                logger.warning("Dropping the held report of run %s for %s/%s: its deadline passed",
-                               held.run_uuid, held.namespace, held.check)
-                self._forget(held, dropped=True)
-                continue
-            try:
-                khstate.record_report(self._res, held.namespace, held.check, held.run_uuid, held.ok,
-                                      list(held.errors), self._pod_name(), now=held.received, timeout=WRITE_TIMEOUT)
-            except khstate.StaleReport:
-                logger.info("Held report of run %s for %s/%s is stale now; dropped", held.run_uuid,
-                            held.namespace, held.check)
-                self._forget(held, dropped=True)
-            except ApiError as e:
-                if is_transient(e):
-                    logger.debug("Held report of run %s not written yet: %s", held.run_uuid, e)
-                    return False  # the API is still away: back off before trying the others
-                logger.error("Held report of run %s for %s/%s cannot be written: %s", held.run_uuid,
-                             held.namespace, held.check, e)
-                self._forget(held, dropped=True)
-            else:
-                logger.info("Wrote the held report of run %s for %s/%s", held.run_uuid, held.namespace, held.check)
-                self._forget(held, dropped=False)
+        if not pending:
+            return True
+        workers = min(FLUSH_WORKERS, len(pending))
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kh-held-write") as pool:
+            list(pool.map(self._flush, pending))
         return len(self) == 0
+
+    def _flush(self, held: Held) -> None:
+        if self._stop.is_set():
+            return
+        if self._wall() > held.expires:
+            logger.warning("Dropping the held report of run %s for %s/%s: its deadline passed",
+                           held.run_uuid, held.namespace, held.check)
+            self._forget(held, dropped=True)
+            return
+        try:
+            khstate.record_report(self._res, held.namespace, held.check, held.run_uuid, held.ok,
+                                  list(held.errors), self._pod_name(), now=held.received, timeout=WRITE_TIMEOUT)
+        except khstate.StaleReport:
+            logger.info("Held report of run %s for %s/%s is stale now; dropped", held.run_uuid,
+                        held.namespace, held.check)
+            self._forget(held, dropped=True)
+        except ApiError as e:
+            if is_transient(e):
+                logger.debug("Held report of run %s not written yet: %s", held.run_uuid, e)
+                return  # kept; the next round tries again
+            logger.error("Held report of run %s for %s/%s cannot be written: %s", held.run_uuid,
+                         held.namespace, held.check, e)
+            self._forget(held, dropped=True)
+        else:
+            logger.info("Wrote the held report of run %s for %s/%s", held.run_uuid, held.namespace, held.check)
+            self._forget(held, dropped=False)
 
     def _forget(self, held: Held, dropped: bool) -> None:
         with self._lock:

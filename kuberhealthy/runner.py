@@ -197,8 +197,11 @@ class Runner:
         return value
 
     def _impaired(self) -> bool:
-        """Whether the API was away, or the caches this run decides on were not current, during the run."""
-        return self._api_trouble or any(c.impaired_since(self._started) for c in (self.s.pods, self.s.khstates))
+        """Whether the API was away or too slow, or the caches this run decides on were not current,
+        during the run. A report accepted for this run but not stored yet (held) counts: the checker
+        reported, the control plane could not take it in time."""
+        return self._api_trouble or self._held() or any(
+            c.impaired_since(self._started) for c in (self.s.pods, self.s.khstates))
 
     def _fail(self, reason: str) -> _Failed | _Skipped:
         """The exception for a run that cannot succeed: a failure, unless the control plane was impaired."""
