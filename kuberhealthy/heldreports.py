@@ -2,8 +2,8 @@
 
 A checker pod reports once and its client gives up at its deadline; if the khstate write fails
 because the control plane is unreachable or overloaded, refusing the report would turn a healthy
-check into a false alarm. So the report handler hands the report here, answers 200, and this one
-thread writes it (khstate.record_report, still conditional on the run's uuid) with a jittered
+check into a false alarm. So the report handler hands the report here, answers 200, and this part's
+thread writes them, a few at a time (khstate.record_report, still conditional on the run's uuid) with a jittered
 backoff until it is stored, refused as stale, or its run's deadline has passed.
 
 Bounded: at most MAX_HELD reports (the handler answers 503 beyond that). Each replica holds only
