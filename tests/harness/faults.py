@@ -280,28 +280,26 @@ def _other_writers(bed: FaultBed) -> None:
     bed.mark(f"etcd revision advanced to {bed.cluster.advance_etcd_revision(3)} behind the API server's back")
 
 
-def fault_api_kill(bed: FaultBed, down: float) -> tuple[float, float]:
-    """SIGKILL the API server mid-runs, start it again `down` seconds later on the same etcd/port."""
+def _api_down(bed: FaultBed, down: float, sig: signal.Signals, how: str) -> tuple[float, float]:
+    """End the API server with `sig`, keep it down `down` seconds, start it again on the same etcd/port."""
     assert bed.cluster is not None
-    t0 = bed.mark("fault: SIGKILL the API server")
-    bed.cluster.stop_apiserver(signal.SIGKILL)
+    t0 = bed.mark(f"fault: {how} the API server")
+    bed.cluster.stop_apiserver(sig)
     _other_writers(bed)
     time.sleep(max(0.0, down - (time.time() - t0)))
     bed.mark("fault: starting the API server again")
     bed.cluster.start_apiserver()
     return t0, bed.mark("fault over: API server ready")
+
+
+def fault_api_kill(bed: FaultBed, down: float) -> tuple[float, float]:
+    """SIGKILL the API server mid-runs, start it again `down` seconds later on the same etcd/port."""
+    return _api_down(bed, down, signal.SIGKILL, "SIGKILL")
 
 
 def fault_api_stop(bed: FaultBed, down: float) -> tuple[float, float]:
     """Stop the API server gracefully (SIGTERM) and keep it down for `down` seconds."""
-    assert bed.cluster is not None
-    t0 = bed.mark("fault: SIGTERM the API server")
-    bed.cluster.stop_apiserver(signal.SIGTERM)
-    _other_writers(bed)
-    time.sleep(max(0.0, down - (time.time() - t0)))
-    bed.mark("fault: starting the API server again")
-    bed.cluster.start_apiserver()
-    return t0, bed.mark("fault over: API server ready")
+    return _api_down(bed, down, signal.SIGTERM, "SIGTERM")
 
 
 def fault_api_freeze(bed: FaultBed, seconds: float) -> tuple[float, float]:
