@@ -31,7 +31,8 @@ RUN --mount=type=secret,id=ca-bundle \
     if [ -s /run/secrets/ca-bundle ]; then export PIP_CERT=/run/secrets/ca-bundle; fi \
  && python3 -m venv /opt/build \
  && /opt/build/bin/pip wheel --wheel-dir /wheels . pip \
- && ls /wheels
+ && ls /wheels \
+ && cd /wheels && sha256sum -- *.whl > /wheels.sha256
 
 FROM ${BASE_IMAGE} AS runtime
 ARG VERSION=0.1.0
@@ -52,6 +53,9 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 # here, because the root filesystem is read-only at run time. The kubernetes client's asyncio copy
 # (kubernetes/aio, ~70 MB with byte-code) is removed: the daemon uses the synchronous client only, and
 # the import check below proves it still loads.
+# A bind mount does not count in the build cache's key (buildah/podman reused a stale layer): the
+# wheels' checksums, copied first, make this layer change whenever a wheel does.
+COPY --from=builder /wheels.sha256 /opt/kuberhealthy-wheels.sha256
 RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
     python3 -m venv --without-pip /opt/kuberhealthy \
  && /opt/kuberhealthy/bin/python "$(ls /wheels/pip-*.whl)/pip" install --no-index --find-links /wheels \

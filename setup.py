@@ -1,5 +1,5 @@
 """Packaging for Kuberhealthy (Python): the daemon and the checker client library."""
-from setuptools import find_packages, setup
+from setuptools import find_namespace_packages, setup
 
 setup(
     name="kuberhealthy",
@@ -7,12 +7,16 @@ setup(
     description="Synthetic health checks for Kubernetes clusters, compatible with Kuberhealthy v2",
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
-    packages=find_packages(include=["kuberhealthy", "kuberhealthy.*"]),
+    # Namespace packages too: the dashboard's templates and assets are data folders under kuberhealthy/web.
+    packages=find_namespace_packages(include=["kuberhealthy", "kuberhealthy.*"], exclude=["*.__pycache__"]),
+    # The dashboard's templates and assets and the OpenAPI document (also in MANIFEST.in, for sdists).
+    package_data={"kuberhealthy.web": ["openapi.yaml"], "kuberhealthy.web.static": ["*.css", "*.js", "*.svg"],
+                  "kuberhealthy.web.templates.dashboard": ["*.html"]},
     python_requires=">=3.10",
     install_requires=[
         "kubernetes>=31,<38",
         "flask>=3.0,<4",
-        "gunicorn>=22,<24",
+        "gunicorn>=22,<28",
         "prometheus-client>=0.20,<1",
         "influxdb>=5.3,<6",
         "PyYAML>=6,<7",
@@ -29,6 +33,9 @@ setup(
             "ruff>=0.5",
             "types-PyYAML",
             "types-requests",
+            "openapi-spec-validator>=0.7,<1",  # the OpenAPI document is valid (tests/unit/test_openapi.py)
+            "schemathesis>=4,<5",  # the daemon fuzzed from its OpenAPI document (tests/contract)
+            "selenium>=4.11,<5",  # browser tests with Debian's chromium + chromedriver (hack/tools.sh)
         ],
     },
     entry_points={"console_scripts": ["kuberhealthy = kuberhealthy.cli:main"]},

@@ -7,6 +7,9 @@ one report, ``{"OK": bool, "Errors": [str]}``, to the reporting URL. This module
 * it always sends the ``kh-run-uuid`` header, so Kuberhealthy can find the pod by its run UUID even when
   the source IP is not the pod's own (hostNetwork, service meshes such as Istio, SNAT); upstream's
   in-tree Python and JavaScript clients omit it;
+* when ``KH_REPORT_TOKEN_FILE`` names a readable file (Kuberhealthy mounts a projected ServiceAccount
+  token there), it sends it as ``Authorization: Bearer <token>``: the report is then identified as this
+  pod's through any proxy;
 * it validates the report first (the server rejects ``OK: false`` without errors and blank errors);
 * it retries connection errors and 5xx answers with exponential backoff and jitter until the run's
   deadline, and never retries a 200 or a 4xx (a 4xx raises :class:`ReportRejectedError` with the
@@ -68,6 +71,7 @@ ENV_REPORTING_URL = "KH_REPORTING_URL"
 ENV_RUN_UUID = "KH_RUN_UUID"
 ENV_DEADLINE = "KH_CHECK_RUN_DEADLINE"
 ENV_DEBUG = "KH_CLIENT_DEBUG"
+ENV_TOKEN_FILE = "KH_REPORT_TOKEN_FILE"  # a projected ServiceAccount token (audience kuberhealthy)
 RUN_UUID_HEADER = "kh-run-uuid"
 
 DEFAULT_BACKOFF_BASE = 0.5  # seconds: the first retry waits about this long
@@ -254,6 +258,7 @@ class Reporter:
     request_timeout: float = DEFAULT_REQUEST_TIMEOUT
     retry_window: float = DEFAULT_RETRY_WINDOW
     debug: bool = False
+    token_file: str = ""  # KH_REPORT_TOKEN_FILE: sent as `Authorization: Bearer` whenever it can be read
     clock: Callable[[], float] = time.time
     sleep: Callable[[float], None] = time.sleep
     _retry_after: float | None = field(default=None, init=False, repr=False)  # from the last answer
@@ -276,6 +281,7 @@ class Reporter:
         """
         env = _environ(environ)
         deadline = get_deadline(env) if env.get(ENV_DEADLINE, "").strip() else None
+        options.setdefault("token_file", env.get(ENV_TOKEN_FILE, "").strip())
         return cls(url=get_reporting_url(env), run_uuid=get_run_uuid(env), deadline=deadline,
                    debug=_debug_requested(env) if debug is None else debug, **options)
 
@@ -318,13 +324,24 @@ class Reporter:
             logger.warning("report attempt %d failed (%s); retrying in %.2fs", attempt, error, delay)
             self.sleep(delay)
 
+    def _token(self) -> str:
+        """The report token, read afresh for each attempt (the kubelet rotates the file); "" without one."""
+        if not self.token_file:
+            return ""
+        try:
+            with open(self.token_file, encoding="utf-8") as f:
+                return f.read().strip()
+        except OSError as e:
+            logger.debug("cannot read %s (%s): reporting without a token", self.token_file, e)
+            return ""
+
     def _attempt(self, body: bytes, timeout: float) -> str | None:
         """One POST: None when accepted, a description when worth retrying; raises when final."""
-        request = urllib.request.Request(self.url, data=body, method="POST", headers={
-            "Content-Type": "application/json",
-            RUN_UUID_HEADER: self.run_uuid,
-            "User-Agent": _USER_AGENT,
-        })
+        headers = {"Content-Type": "application/json", RUN_UUID_HEADER: self.run_uuid, "User-Agent": _USER_AGENT}
+        token = self._token()
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        request = urllib.request.Request(self.url, data=body, method="POST", headers=headers)
         try:
             with _OPENER.open(request, timeout=timeout) as response:
                 status = response.status

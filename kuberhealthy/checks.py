@@ -51,6 +51,7 @@ class CheckSpec:
     extra_labels: tuple[tuple[str, str], ...] = ()
     extra_annotations: tuple[tuple[str, str], ...] = ()
     workload: str = WORKLOAD_CHECK
+    uid: str = ""  # the khcheck's (or khjob's) uid: Events name it; a re-created check is a new check
 
     @property
     def key(self) -> str:
@@ -76,6 +77,7 @@ class CheckSpec:
             extra_labels=tuple(sorted(_str_map(spec.get("extraLabels")).items())),
             extra_annotations=tuple(sorted(_str_map(spec.get("extraAnnotations")).items())),
             workload=workload,
+            uid=str(meta.get("uid") or ""),
         )
 
     @classmethod

@@ -12,6 +12,8 @@ import sys
 from kuberhealthy import __version__
 from kuberhealthy.config import DEFAULT_CONFIG_PATH, Config, load
 from kuberhealthy.errors import ConfigError
+from kuberhealthy.kube import Kube
+from kuberhealthy.server import serve
 
 EXIT_CONFIG = 2
 
@@ -67,13 +69,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"kuberhealthy: error: {e}", file=sys.stderr)
         return EXIT_CONFIG
     setup_logging("debug" if args.debug else config.log_level)
-    from kuberhealthy.kube import Kube
     try:
         Kube.connect(args.kubeconfig).close()  # fail fast here, not in the worker after fork
     except ConfigError as e:
         print(f"kuberhealthy: error: {e}", file=sys.stderr)
         return EXIT_CONFIG
-    from kuberhealthy.server import serve
     return serve(config, args.kubeconfig, args.config)
 
 

@@ -63,6 +63,17 @@ class Config:
     prom_metrics: PromMetrics = field(default_factory=PromMetrics)
     pod_name: str = ""  # this replica's identity (POD_NAME, default hostname)
     pod_namespace: str = "kuberhealthy"  # POD_NAMESPACE
+    # Report authenticity (CONTRACT section 11)
+    report_source_check: str = "warn"  # warn | enforce | off: header-path reports from elsewhere than the pod/node
+    report_auth: str = "token-or-uuid"  # token-or-uuid | token (a projected ServiceAccount token is required)
+    report_rate_limit: float = 20.0  # reports per second per source address (sustained)
+    report_rate_burst: int = 200  # reports per source address in a burst
+    # History, run now, dashboard (CONTRACT section 12)
+    history_length: int = 24  # runs kept in each khstate's history (0 = off)
+    capture_logs: bool = True  # keep the log tail of failed runs in their history entry
+    expose_logs: bool = False  # show those log tails on the unauthenticated JSON API and dashboard
+    enable_run_api: bool = True  # POST /api/checks/<ns>/<name>/run
+    dashboard_at_root: bool = False  # browsers asking for HTML at / get the dashboard
 
     @property
     def listen_address(self) -> str:
@@ -74,7 +85,11 @@ _KNOWN_KEYS = {
     "influxPassword", "influxDB", "externalCheckReportingURL", "maxKHJobAge", "maxCheckPodAge",
     "maxCompletedPodCount", "maxErrorPodCount", "targetNamespace", "leaderElection", "checkChangeDebounce",
     "stateReaperInterval", "checkReaperRunInterval", "promMetricsConfig",
+    "reportSourceCheck", "reportAuth", "reportRateLimit", "reportRateBurst",
+    "historyLength", "captureLogs", "exposeLogs", "enableRunAPI", "dashboardAtRoot",
 }
+REPORT_SOURCE_CHECKS = ("warn", "enforce", "off")
+REPORT_AUTHS = ("token-or-uuid", "token")
 
 
 def _bool(raw: Mapping[str, Any], key: str, default: bool, prefix: str = "") -> bool:
@@ -106,6 +121,25 @@ def _int(raw: Mapping[str, Any], key: str, default: int, prefix: str = "") -> in
     if not isinstance(v, int) or isinstance(v, bool) or v < 0:
         raise ConfigError(prefix + key, f"expected a whole number >= 0, got {raw[key]!r}")
     return v
+
+
+def _choice(raw: Mapping[str, Any], key: str, choices: tuple[str, ...]) -> str:
+    value = _str(raw, key, choices[0]).strip()
+    if value not in choices:
+        raise ConfigError(key, f"expected one of {', '.join(choices)}, got {raw.get(key)!r}")
+    return value
+
+
+def _rate(raw: Mapping[str, Any], key: str, default: float) -> float:
+    v = raw.get(key, default)
+    if isinstance(v, str):
+        try:
+            v = float(v.strip())
+        except ValueError:
+            raise ConfigError(key, f"expected a number of requests per second > 0, got {raw.get(key)!r}") from None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < float("inf"):
+        raise ConfigError(key, f"expected a number of requests per second > 0, got {raw.get(key)!r}")
+    return float(v)
 
 
 def _duration(raw: Mapping[str, Any], key: str, default: float, prefix: str = "",
@@ -237,7 +271,23 @@ def from_mapping(raw: Mapping[str, Any], environ: Mapping[str, str] | None = Non
         prom_metrics=pm,
         pod_name=pod_name,
         pod_namespace=pod_namespace,
+        report_source_check=_choice(raw, "reportSourceCheck", REPORT_SOURCE_CHECKS),
+        report_auth=_choice(raw, "reportAuth", REPORT_AUTHS),
+        report_rate_limit=_rate(raw, "reportRateLimit", 20.0),
+        report_rate_burst=_positive_int(raw, "reportRateBurst", 200),
+        history_length=_int(raw, "historyLength", 24),
+        capture_logs=_bool(raw, "captureLogs", True),
+        expose_logs=_bool(raw, "exposeLogs", False),
+        enable_run_api=_bool(raw, "enableRunAPI", True),
+        dashboard_at_root=_bool(raw, "dashboardAtRoot", False),
     )
+
+
+def _positive_int(raw: Mapping[str, Any], key: str, default: int) -> int:
+    value = _int(raw, key, default)
+    if value < 1:
+        raise ConfigError(key, f"must be at least 1, got {raw.get(key)!r}")
+    return value
 
 
 def load(path: str | None, environ: Mapping[str, str] | None = None) -> Config:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from kuberhealthy.config import Config, load
 from kuberhealthy.errors import ConfigError
-from kuberhealthy.threads import BackgroundThread
+from kuberhealthy.threads import PeriodicThread
 
 logger = logging.getLogger(__name__)
 
@@ -25,14 +25,13 @@ def _digest(path: str) -> str | None:
         return None
 
 
-class ConfigWatcher(BackgroundThread):
+class ConfigWatcher(PeriodicThread):
     def __init__(self, path: str, current: Config, on_change: Callable[[Config], None],
                  interval: float = 2.0) -> None:
-        super().__init__("kh-config-watch")
+        super().__init__("kh-config-watch", interval)
         self._path = path
         self._current = current
         self._on_change = on_change
-        self._interval = interval
         self._digest = _digest(path)
 
     def check_once(self) -> bool:
@@ -53,9 +52,5 @@ class ConfigWatcher(BackgroundThread):
         self._on_change(new)
         return True
 
-    def _run(self) -> None:
-        while not self._stop.wait(self._interval):
-            try:
-                self.check_once()
-            except Exception:  # keep watching; the next change gets another chance
-                logger.exception("Config reload failed")
+    def tick(self) -> None:
+        self.check_once()

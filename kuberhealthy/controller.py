@@ -8,6 +8,13 @@ pod) before the elector lets the Lease go.
 Khcheck changes are debounced: reconciliations are at least `checkChangeDebounce` apart. A
 reconciliation is per check: new checks start, deleted ones stop, and only checks whose runInterval,
 timeout, podSpec, extraLabels or extraAnnotations changed restart (v2 restarted them all).
+
+Each check runs on its own CheckWorker, each khjob on a JobWorker (workers.py).
+
+Run now (runnow.py): a khcheck change that sets the run-now annotation is acted on at once, not after
+the debounce: the check's worker starts a run (or, with a run in flight, the request is dropped and
+the annotation removed). A new worker whose khcheck carries the annotation (leadership just began, or
+the check is new) runs at once too.
 """
 from __future__ import annotations
 
@@ -18,22 +25,22 @@ import threading
 import time
 import zlib
 from collections.abc import Callable
-from typing import Any
 
-from kuberhealthy import khstate
+from kuberhealthy import khstate, runnow
 from kuberhealthy.checks import CheckSpec
-from kuberhealthy.errors import ApiError, is_transient
+from kuberhealthy.errors import ApiError
+from kuberhealthy.events import KIND_CHECK, ObjectRef
 from kuberhealthy.kube import KHJOBS, Obj, key_of
-from kuberhealthy.runner import Outcome, Runner
-from kuberhealthy.runstats import SKIP_API
+from kuberhealthy.runner import Runner
+from kuberhealthy.seams import ControlNeeds, Part
 from kuberhealthy.threads import BackgroundThread
+from kuberhealthy.workers import CheckWorker, JobWorker, RunnerFactory
 
 logger = logging.getLogger(__name__)
 
-RunnerFactory = Callable[[Any, CheckSpec, threading.Event], Runner]
-
 START_SPACING = 0.03  # seconds between the first runs of overdue checks started together (~33/s)
 MAX_SPREAD = 30.0  # seconds: the widest window such a batch is spread over (never over half an interval)
+RUN_NOW_EVENT = "run-now:"  # + "<ns>/<name>": the khcheck's run-now annotation was newly set
 
 
 def _unix(rfc3339: str | None) -> float | None:
@@ -45,126 +52,20 @@ def _unix(rfc3339: str | None) -> float | None:
         return None
 
 
-class _Worker(BackgroundThread):
-    """A thread that runs one check's (or job's) runs; stopping it also ends the current run at once."""
-
-    def __init__(self, services: Any, spec: CheckSpec, runner: RunnerFactory, name: str) -> None:
-        super().__init__(name)
-        self.s = services
-        self.spec = spec
-        self._runner = runner
-        self._current: Any = None  # the run in progress, to wake on stop
-
-    def stop(self) -> None:
-        super().stop()
-        current = self._current
-        if current is not None and hasattr(current, "wake"):
-            current.wake()  # its waits subscribe to its own topics only: wake it to see the stop
-
-    def _run_once(self) -> Any:
-        runner = self._runner(self.s, self.spec, self._stop)
-        self._current = runner
-        try:
-            if self._stop.is_set():
-                return None
-            return runner.run()
-        finally:
-            self._current = None
-
-
-class CheckWorker(_Worker):
-    """One check's thread: the first run at `first_due`, then every runInterval from each due time.
-
-    Due times follow the schedule, not the previous run's end: a slow run does not push every later
-    run back, and a run that overran a whole interval starts at once without a burst of catch-ups.
-    Lag (start - due) goes to kuberhealthy_schedule_lag_seconds.
-    """
-
-    def __init__(self, services: Any, spec: CheckSpec, runner: RunnerFactory = Runner,
-                 clock: Callable[[], float] = time.monotonic, first_due: float | None = None) -> None:
-        super().__init__(services, spec, runner, f"kh-check-{spec.namespace}/{spec.name}")
-        self._clock = clock
-        self.first_due = clock() if first_due is None else first_due
-        self.runs = 0
-
-    def _run(self) -> None:
-        due = self.first_due
-        while not self._stop.wait(max(0.0, due - self._clock())):
-            started = self._clock()
-            stats = getattr(self.s, "stats", None)
-            if stats is not None:
-                stats.schedule_lag.observe(max(0.0, started - due))
-            try:
-                self._run_once()
-            except Exception as e:  # the run could not even record its failure: log, keep the schedule
-                logger.exception("Check %s: run crashed", self.spec.key)
-                if not self._stop.is_set():
-                    self._record_crash(e)
-            self.runs += 1
-            due += self.spec.run_interval
-            now = self._clock()
-            if due < now - self.spec.run_interval:  # a whole interval behind: start over from now
-                due = now
-
-    def _record_crash(self, e: Exception) -> None:
-        try:
-            khstate.record_error(self.s.resources, self.spec.namespace, self.spec.name,
-                                 [f"Check execution error: {self.spec.key}: {e}"], self.s.config.pod_name,
-                                 workload=self.spec.workload)
-        except Exception:  # this worker must outlive whatever went wrong; the next run tries again
-            logger.exception("Check %s: could not record the crash in its khstate", self.spec.key)
-
-
-class JobWorker(_Worker):
-    """A khjob runs once: phase "" → Running → (the run) → Completed."""
-
-    PHASE_RETRY = 30.0  # seconds spent retrying a phase write while the API is away
-
-    def __init__(self, services: Any, job: Obj, runner: RunnerFactory = Runner) -> None:
-        spec = CheckSpec.of_job(job)
-        super().__init__(services, spec, runner, f"kh-job-{spec.key}")
-
-    def _set_phase(self, phase: str) -> None:
-        deadline = time.monotonic() + self.PHASE_RETRY
-        delay = 0.2
-        while True:
-            try:
-                self.s.resources.merge_patch(KHJOBS, self.spec.namespace, self.spec.name, {"spec": {"phase": phase}})
-                return
-            except ApiError as e:
-                if not is_transient(e) or time.monotonic() + delay > deadline:
-                    raise
-                logger.warning("Job %s: cannot set phase %s yet (%s); retrying", self.spec.key, phase, e)
-                if self._stop.wait(delay):
-                    raise
-                delay = min(delay * 2, 2.0)
-
-    def _run(self) -> None:
-        try:
-            self._set_phase("Running")
-            result = self._run_once()
-            if result is None or self._stop.is_set():
-                return  # stopped: the next leader finishes or resets it (Controller.recover_jobs)
-            if getattr(result, "outcome", None) is Outcome.SKIPPED and result.skip_reason == SKIP_API:
-                self._set_phase("")  # not judged: run it again
-                return
-            self._set_phase("Completed")
-        except ApiError as e:
-            logger.warning("Job %s: %s", self.spec.key, e)
-        except Exception:  # top of this thread's only loop
-            logger.exception("Job %s crashed", self.spec.key)
 
 
 class Controller(BackgroundThread):
     """Starts and stops check workers, job workers and leader-only parts."""
 
-    def __init__(self, services: Any, leader_parts: Callable[[], list[Any]] = list,
-                 runner: RunnerFactory = Runner, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, services: ControlNeeds, leader_parts: Callable[[], list[Part]] = list,
+                 runner: RunnerFactory = Runner, clock: Callable[[], float] = time.monotonic,
+                 wall: Callable[[], float] = time.time) -> None:
         super().__init__("kh-controller")
         self.s = services
         self._leader_parts_factory = leader_parts
         self._runner = runner
         self._clock = clock
+        self._wall = wall  # LastRun is wall time: a check's cadence continues from it
         self._events: queue.Queue[str] = queue.Queue()
         self._lock = threading.RLock()
         self._leading = False
@@ -172,17 +73,23 @@ class Controller(BackgroundThread):
         self.workers: dict[str, CheckWorker] = {}
         self.jobs: dict[str, JobWorker] = {}
         self._retiring: list[CheckWorker] = []  # stopped by a reconcile, maybe still removing a pod
-        self._parts: list[Any] = []
+        self._parts: list[Part] = []
         self._last_reconcile = -1e18
         self._specs: dict[str, tuple[str, CheckSpec]] = {}  # key -> (resourceVersion, parsed spec)
         self.reconciles = 0
-        services.khchecks.add_listener(lambda *_: self._events.put("checks"))
+        services.khchecks.add_listener(self._check_changed)
         services.khjobs.add_listener(lambda *_: self._events.put("jobs"))
 
     def stop(self) -> None:
         super().stop()
         self._events.put("stop")
         self.lost_leadership()
+
+    def _check_changed(self, etype: str, obj: Obj, prev: Obj | None) -> None:
+        """The khcheck cache's listener (its watch thread): queue, never act here."""
+        self._events.put("checks")
+        if etype != "DELETED" and runnow.newly_requested(obj, prev) is not None:
+            self._events.put(RUN_NOW_EVENT + key_of(obj))
 
     # --- leadership (called synchronously by the elector) ------------------------------------------
 
@@ -202,6 +109,7 @@ class Controller(BackgroundThread):
             logger.info("Leading: starting checks")
             self._parts = self._leader_parts_factory()
             for part in self._parts:
+                part.supervised_by(self.s.deaths)
                 part.start()
             self._reconcile_checks(continuity=True)
             self._recover_jobs()
@@ -215,7 +123,7 @@ class Controller(BackgroundThread):
                 return
             self._leading = False
             logger.info("Not leading: stopping %d checks and %d jobs", len(self.workers), len(self.jobs))
-            everything: list[Any] = [*self.workers.values(), *self.jobs.values(), *self._retiring, *self._parts]
+            everything: list[Part] = [*self.workers.values(), *self.jobs.values(), *self._retiring, *self._parts]
             for w in everything:
                 w.stop()
             deadline = self._clock() + timeout
@@ -250,6 +158,7 @@ class Controller(BackgroundThread):
             if self._leading:
                 self._parts = self._leader_parts_factory()
                 for part in self._parts:
+                    part.supervised_by(self.s.deaths)
                     part.start()
 
     # --- the loop ------------------------------------------------------------------------------------
@@ -271,6 +180,8 @@ class Controller(BackgroundThread):
                     self._start_leading()
                 elif event == "checks":
                     dirty = True
+                elif event.startswith(RUN_NOW_EVENT):
+                    self._run_now(event[len(RUN_NOW_EVENT):])
                 elif event == "jobs":
                     with self._lock:
                         if self._leading:
@@ -309,13 +220,31 @@ class Controller(BackgroundThread):
         dues = self._first_dues(new, continuity)
         for spec in new:
             worker = CheckWorker(self.s, spec, self._runner, self._clock, first_due=dues[spec.key])
+            if runnow.requested(self.s.khchecks.get(spec.namespace, spec.name)) is not None:
+                worker.run_now()  # asked for while nobody led, or with the check (no second Event)
             self.workers[spec.key] = worker
             worker.start()
             logger.info("Check %s started (every %.0fs, timeout %.0fs, first run in %.1fs)", spec.key,
                         spec.run_interval, spec.timeout, max(0.0, dues[spec.key] - self._clock()))
 
+    def _run_now(self, key: str) -> None:
+        """The run-now annotation was newly set on this khcheck: run it at once on its worker."""
+        with self._lock:
+            worker = self.workers.get(key) if self._leading else None
+        if worker is None:
+            return  # not leading (the next leader finds it), or a new check (its reconcile runs it)
+        ns, name = worker.spec.namespace, worker.spec.name
+        value = runnow.requested(self.s.khchecks.get(ns, name))
+        if value is None:
+            return  # removed since: the run it asked for has started
+        if not runnow.by_api(value):
+            self.s.events.run_requested(ObjectRef(KIND_CHECK, ns, name, worker.spec.uid), "annotation")
+        if not worker.run_now():
+            logger.info("Check %s: a run was requested while one is in flight; dropped", key)
+            runnow.clear(self.s.resources, ns, name)
+
     def _first_dues(self, specs: list[CheckSpec], continuity: bool) -> dict[str, float]:
-        now, wall = self._clock(), time.time()
+        now, wall = self._clock(), self._wall()
         dues: dict[str, float] = {}
         overdue: list[CheckSpec] = []
         for spec in specs:
@@ -370,7 +299,7 @@ class Controller(BackgroundThread):
             key = key_of(job)
             if key in self.jobs or str((job.get("spec") or {}).get("phase") or ""):
                 continue
-            worker = JobWorker(self.s, job, self._runner)
+            worker = JobWorker(self.s, job, self._runner, self._clock)
             self.jobs[key] = worker
             worker.start()
             logger.info("Job %s started", key)

@@ -81,9 +81,21 @@ class ServerError(ApiError):
     status = 500
 
 
+class ServiceUnavailable(ServerError):
+    """503: the API server (or a proxy before it) is overloaded or starting."""
+
+    status = 503
+
+
+class GatewayTimeout(ServerError):
+    """504: the request did not finish in time behind a proxy or in the API server (etcd slow)."""
+
+    status = 504
+
+
 _BY_STATUS: dict[int, type[ApiError]] = {
     cls.status: cls for cls in (BadRequest, Unauthorized, Forbidden, NotFound, Conflict, Gone, Invalid,
-                                TooManyRequests)
+                                TooManyRequests, ServerError, ServiceUnavailable, GatewayTimeout)
 }
 
 

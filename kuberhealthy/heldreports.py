@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from kuberhealthy import khstate
 from kuberhealthy.errors import ApiError, is_transient
-from kuberhealthy.kube import Resources
+from kuberhealthy.kube import Api
 from kuberhealthy.threads import BackgroundThread
 
 logger = logging.getLogger(__name__)
@@ -47,7 +47,7 @@ class Held:
 
 
 class HeldReports(BackgroundThread):
-    def __init__(self, resources: Resources, pod_name: Callable[[], str],
+    def __init__(self, resources: Api, pod_name: Callable[[], str],
                  wall: Callable[[], float] = time.time) -> None:
         super().__init__("kh-held-reports")
         self._res = resources

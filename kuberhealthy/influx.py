@@ -141,6 +141,11 @@ class InfluxForwarder(BackgroundThread):
         with self._cond:
             return len(self._queue)
 
+    def dropped_points(self) -> int:
+        """Points given up on so far (kuberhealthy_influx_points_dropped_total)."""
+        with self._cond:
+            return self.dropped
+
     # --- lifecycle -------------------------------------------------------------------------------------
 
     def start(self) -> None:

@@ -11,20 +11,49 @@ never lose each other's fields.
 `LastRun` has one-second precision (as v2 writes it), too coarse to tell two quick reports apart, so a
 report also stamps the annotation REPORTED_UUID with the run it was accepted for; the runner waits on
 that.
+
+Binding a run to its pod (CONTRACT section 11): the claim also names the pod the run will create
+(RUN_POD) and the SHA-256 of a secret the pod carries in an annotation (RUN_KEY_SHA256), so every
+replica can tell that pod from a look-alike with the same labels and env: a pod name is unique in its
+namespace, and only the run knows the secret before its pod exists. The runner's last write
+(record_result or record_error) stamps FINISHED_UUID: that run is over and may not report any more;
+it is also the one uuid the status page may show. Annotations, not spec fields: a khstate CRD of an
+older chart would prune unknown spec fields.
 """
 from __future__ import annotations
 
 import datetime as dt
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from kuberhealthy.errors import KuberhealthyError
-from kuberhealthy.kube import KHSTATES, Obj, Resources
+from kuberhealthy.history import RunRecord, apply_run
+from kuberhealthy.kube import KHSTATES, Api, Obj
 from kuberhealthy.kube.client import READ_TIMEOUT
 
 REPORTED_UUID = "kuberhealthy.comcast.github.io/reported-uuid"
+RUN_POD = "kuberhealthy.comcast.github.io/run-pod"
+RUN_KEY_SHA256 = "kuberhealthy.comcast.github.io/run-key-sha256"
+FINISHED_UUID = "kuberhealthy.comcast.github.io/finished-uuid"
 WORKLOAD_CHECK = "KHCheck"
 WORKLOAD_JOB = "KHJob"
+
+
+@dataclass
+class HistoryWrite:
+    """What a run's last write adds to its khstate (history.apply_run), decided inside the write."""
+
+    record: Callable[[Obj], RunRecord]  # the run, given the stored spec (a report's OK/Errors are there)
+    length: int  # config historyLength
+    capture_logs: bool  # config captureLogs
+    now: float  # unix seconds
+    previous_failures: int = 0  # consecutiveFailures before this run; set by the write
+
+    def apply(self, spec: Obj) -> None:
+        failures = spec.get("consecutiveFailures")
+        self.previous_failures = failures if isinstance(failures, int) and not isinstance(failures, bool) else 0
+        spec.update(apply_run(spec, self.record(spec), self.length, self.now, self.capture_logs))
 
 
 class StaleReport(KuberhealthyError):
@@ -46,13 +75,18 @@ class Spec:
 
     @classmethod
     def of(cls, obj: Obj) -> Spec:
-        s = obj.get("spec") or {}
+        s = obj.get("spec") if isinstance(obj, dict) else None
+        if not isinstance(s, dict):
+            s = {}
+        meta = obj.get("metadata") if isinstance(obj, dict) else None
+        if not isinstance(meta, dict):
+            meta = {}
         errors = s.get("Errors") or []
         return cls(
             ok=bool(s.get("OK", False)),
             errors=tuple(str(e) for e in errors) if isinstance(errors, list) else (),
             run_duration=str(s.get("RunDuration") or ""),
-            namespace=str(s.get("Namespace") or (obj.get("metadata") or {}).get("namespace") or ""),
+            namespace=str(s.get("Namespace") or meta.get("namespace") or ""),
             node=str(s.get("Node") or ""),
             last_run=str(s["LastRun"]) if s.get("LastRun") else None,
             authoritative_pod=str(s.get("AuthoritativePod") or ""),
@@ -69,10 +103,48 @@ def utcnow() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc)
 
 
+def _annotation(obj: Obj | None, key: str) -> str:
+    """An annotation's value; "" for a missing one, or a hand-edited object of the wrong shape."""
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    annotations = meta.get("annotations") if isinstance(meta, dict) else None
+    value = annotations.get(key) if isinstance(annotations, dict) else None
+    return str(value) if isinstance(value, str) else ""
+
+
 def reported_uuid(obj: Obj | None) -> str:
-    if not obj:
-        return ""
-    return str(((obj.get("metadata") or {}).get("annotations") or {}).get(REPORTED_UUID) or "")
+    return _annotation(obj, REPORTED_UUID)
+
+
+def finished_uuid(obj: Obj | None) -> str:
+    """The uuid of the last run that is over (its pod exited or the run failed); "" before any."""
+    return _annotation(obj, FINISHED_UUID)
+
+
+@dataclass(frozen=True)
+class RunClaim:
+    """Which run may report, and from which pod (see the module docstring)."""
+
+    uuid: str
+    pod: str  # "" when claimed by a daemon that did not bind runs to pods
+    key_sha256: str
+    finished: bool  # the run is over: no report is taken for it any more
+
+    @classmethod
+    def of(cls, obj: Obj | None) -> RunClaim:
+        run = Spec.of(obj).uuid if obj else ""
+        return cls(uuid=run, pod=_annotation(obj, RUN_POD), key_sha256=_annotation(obj, RUN_KEY_SHA256),
+                   finished=bool(run) and finished_uuid(obj) == run)
+
+
+def _annotate(obj: Obj, values: dict[str, str]) -> None:
+    annotations = obj.setdefault("metadata", {}).setdefault("annotations", {})
+    if annotations is None:
+        annotations = obj["metadata"]["annotations"] = {}
+    for key, value in values.items():
+        if value:
+            annotations[key] = value
+        else:
+            annotations.pop(key, None)
 
 
 def new_body(namespace: str, name: str, pod_name: str, workload: str = WORKLOAD_CHECK) -> Obj:
@@ -86,7 +158,7 @@ def new_body(namespace: str, name: str, pod_name: str, workload: str = WORKLOAD_
 
 
 def _writer(namespace: str, name: str, pod_name: str, workload: str,
-            change: Callable[[dict], None]) -> Callable[[Obj | None], Obj | None]:
+            change: Callable[[Obj], None]) -> Callable[[Obj | None], Obj | None]:
     def mutate(current: Obj | None) -> Obj | None:
         obj = current if current is not None else new_body(namespace, name, pod_name, workload)
         spec = obj.setdefault("spec", {})
@@ -101,23 +173,27 @@ def _writer(namespace: str, name: str, pod_name: str, workload: str,
     return mutate
 
 
-def claim_run(res: Resources, namespace: str, name: str, run_uuid: str, pod_name: str,
+def claim_run(res: Api, namespace: str, name: str, run_uuid: str, pod_name: str,
               workload: str = WORKLOAD_CHECK, hint: Obj | None = None, timeout: float = READ_TIMEOUT,
-              deadline: float | None = None) -> Obj:
-    """Make run_uuid the only run allowed to report; create the khstate if missing."""
+              deadline: float | None = None, run_pod: str = "", run_key_sha256: str = "",
+              clock: Callable[[], float] = time.monotonic) -> Obj:
+    """Make run_uuid the only run allowed to report, from the pod named run_pod whose run-key
+    annotation hashes to run_key_sha256; create the khstate if missing."""
     def change(obj: Obj) -> None:
         obj["spec"]["uuid"] = run_uuid
         obj["spec"]["AuthoritativePod"] = pod_name
         obj["spec"]["Namespace"] = namespace
+        _annotate(obj, {RUN_POD: run_pod, RUN_KEY_SHA256: run_key_sha256})
     out = res.update_with_retry(KHSTATES, namespace, name, _writer(namespace, name, pod_name, workload, change),
-                                hint=hint, timeout=timeout, deadline=deadline)
+                                hint=hint, timeout=timeout, deadline=deadline, clock=clock)
     assert out is not None
     return out
 
 
-def record_report(res: Resources, namespace: str, name: str, run_uuid: str, ok: bool, errors: list[str],
+def record_report(res: Api, namespace: str, name: str, run_uuid: str, ok: bool, errors: list[str],
                   pod_name: str, now: dt.datetime | None = None, hint: Obj | None = None,
-                  timeout: float = READ_TIMEOUT, deadline: float | None = None) -> Obj:
+                  timeout: float = READ_TIMEOUT, deadline: float | None = None,
+                  clock: Callable[[], float] = time.monotonic) -> Obj:
     """Store a checker pod's report. Raises StaleReport (and writes nothing) if run_uuid is not current.
 
     A cached `hint` is used only when it already names this run: a cache lagging behind the run's
@@ -140,15 +216,18 @@ def record_report(res: Resources, namespace: str, name: str, run_uuid: str, ok: 
         spec.setdefault("Namespace", namespace)
         current.setdefault("metadata", {}).setdefault("annotations", {})[REPORTED_UUID] = run_uuid
         return current
-    out = res.update_with_retry(KHSTATES, namespace, name, mutate, hint=hint, timeout=timeout, deadline=deadline)
+    out = res.update_with_retry(KHSTATES, namespace, name, mutate, hint=hint, timeout=timeout, deadline=deadline,
+                                clock=clock)
     assert out is not None
     return out
 
 
-def record_result(res: Resources, namespace: str, name: str, run_uuid: str, run_duration: str, node: str,
+def record_result(res: Api, namespace: str, name: str, run_uuid: str, run_duration: str, node: str,
                   pod_name: str, hint: Obj | None = None, timeout: float = READ_TIMEOUT,
-                  deadline: float | None = None) -> Obj | None:
-    """After the pod exited: RunDuration and Node, unless a newer run has claimed the khstate."""
+                  deadline: float | None = None, history: HistoryWrite | None = None,
+                  clock: Callable[[], float] = time.monotonic) -> Obj | None:
+    """After the pod exited: RunDuration and Node (and the run in the history), unless a newer run has
+    claimed the khstate."""
     if hint is not None and Spec.of(hint).uuid != run_uuid:
         hint = None  # decide "claimed by a newer run" on a fresh read, not a lagging cache
     def mutate(current: Obj | None) -> Obj | None:
@@ -157,18 +236,23 @@ def record_result(res: Resources, namespace: str, name: str, run_uuid: str, run_
         current["spec"]["RunDuration"] = run_duration
         current["spec"]["Node"] = node
         current["spec"]["AuthoritativePod"] = pod_name
+        if history is not None:
+            history.apply(current["spec"])
+        _annotate(current, {FINISHED_UUID: run_uuid})
         return current
-    return res.update_with_retry(KHSTATES, namespace, name, mutate, hint=hint, timeout=timeout, deadline=deadline)
+    return res.update_with_retry(KHSTATES, namespace, name, mutate, hint=hint, timeout=timeout, deadline=deadline,
+                                 clock=clock)
 
 
 class _Superseded(Exception):
     pass
 
 
-def record_error(res: Resources, namespace: str, name: str, errors: list[str], pod_name: str,
+def record_error(res: Api, namespace: str, name: str, errors: list[str], pod_name: str,
                  run_duration: str = "", node: str = "", workload: str = WORKLOAD_CHECK,
                  now: dt.datetime | None = None, run_uuid: str | None = None, timeout: float = READ_TIMEOUT,
-                 deadline: float | None = None) -> Obj | None:
+                 deadline: float | None = None, history: HistoryWrite | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> Obj | None:
     """The run failed: OK false with the given errors; the current uuid is kept.
 
     With `run_uuid`, nothing is written (None returned) unless the khstate still names that run: a
@@ -188,6 +272,10 @@ def record_error(res: Resources, namespace: str, name: str, errors: list[str], p
             spec["RunDuration"] = run_duration
         if node:
             spec["Node"] = node
+        if history is not None:
+            history.apply(spec)
+        if spec.get("uuid"):
+            _annotate(obj, {FINISHED_UUID: str(spec["uuid"])})  # the run is over: no late report
     write = _writer(namespace, name, pod_name, workload, change)
 
     def mutate(current: Obj | None) -> Obj | None:
@@ -195,7 +283,7 @@ def record_error(res: Resources, namespace: str, name: str, errors: list[str], p
             return write(current)
         except _Superseded:
             return None
-    out = res.update_with_retry(KHSTATES, namespace, name, mutate, timeout=timeout, deadline=deadline)
+    out = res.update_with_retry(KHSTATES, namespace, name, mutate, timeout=timeout, deadline=deadline, clock=clock)
     if run_uuid is not None and (out is None or Spec.of(out).uuid != run_uuid):
         return None
     return out

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from kuberhealthy.config import LeaderElection
 from kuberhealthy.errors import ApiError, Conflict, NotFound
 from kuberhealthy.kube import LEASES, Obj, Resources
-from kuberhealthy.threads import BackgroundThread
+from kuberhealthy.threads import PeriodicThread
 
 logger = logging.getLogger(__name__)
 
@@ -71,14 +71,14 @@ def micro_time(now: dt.datetime) -> str:
     return now.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-class LeaderElector(BackgroundThread):
+class LeaderElector(PeriodicThread):
     """One thread contending for the Lease; calls on_started / on_stopped on leadership changes."""
 
     def __init__(self, resources: Resources, namespace: str, identity: str, settings: LeaderElection,
                  on_started: Callable[[], None], on_stopped: Callable[[], None],
                  clock: Callable[[], float] = time.monotonic,
                  wall: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.timezone.utc)) -> None:
-        super().__init__("kh-leader-elector")
+        super().__init__("kh-leader-elector", settings.retry_period, tick_at_start=True)
         self._res = resources
         self._ns = namespace
         self.identity = identity
@@ -110,16 +110,13 @@ class LeaderElector(BackgroundThread):
 
     # --- the loop ----------------------------------------------------------------------------------
 
-    def _run(self) -> None:
-        retry = self._settings.retry_period
-        while True:
-            try:
-                self.try_once()
-            except Exception:  # keep contending whatever happens; the next try starts fresh
-                logger.exception("Leader election attempt failed")
-                self._renew_failed()
-            if self._stop.wait(retry):
-                break
+    def tick(self) -> None:
+        self.try_once()
+
+    def tick_failed(self) -> None:
+        self._renew_failed()  # keep contending whatever happens; the next try starts fresh
+
+    def finish(self) -> None:
         self._release()
 
     def try_once(self) -> Action:
@@ -225,7 +222,7 @@ class LeaderElector(BackgroundThread):
             logger.warning("Could not release Lease %s/%s: %s", self._ns, name, e)
 
 
-class ForcedLeader(BackgroundThread):
+class ForcedLeader(PeriodicThread):
     """enableForceMaster: always the leader, and it never writes the Lease.
 
     CurrentMaster is still "the Lease holder" (as v2 computed it independently of force-master): this
@@ -234,7 +231,7 @@ class ForcedLeader(BackgroundThread):
 
     def __init__(self, resources: Resources, namespace: str, identity: str, settings: LeaderElection,
                  on_started: Callable[[], None], on_stopped: Callable[[], None]) -> None:
-        super().__init__("kh-forced-leader")
+        super().__init__("kh-forced-leader", settings.retry_period, tick_at_start=True)
         self._res = resources
         self._ns = namespace
         self.identity = identity
@@ -270,7 +267,5 @@ class ForcedLeader(BackgroundThread):
         except ApiError as e:
             logger.debug("Cannot read Lease %s/%s: %s", self._ns, self._settings.lease_name, e)
 
-    def _run(self) -> None:
+    def tick(self) -> None:
         self.observe()
-        while not self._stop.wait(self._settings.retry_period):
-            self.observe()

@@ -9,16 +9,27 @@ truncated to a number of bytes or left out. Unlike v2, the text itself is render
 prometheus-client, so quotes, backslashes and newlines are escaped and the output always parses.
 
 A custom collector on its own registry: no process/platform collectors, no state kept between scrapes.
+
+Beside them (ours, CONTRACT section 12), per khcheck, labels {check="<ns>/<name>",namespace}, from the
+JSON API's entries (checkview.ViewCache, so from the khstate's persisted counters: they survive
+restarts and leader changes, and every replica exports the same values):
+  kuberhealthy_check_consecutive_failures            failed runs since the last OK one
+  kuberhealthy_check_last_success_timestamp_seconds  lastOK (unix seconds; absent until the first OK run)
+  kuberhealthy_check_interval_seconds                the khcheck's runInterval
+  kuberhealthy_check_runs_total{result="ok|failed"}  judged runs (skipped ones: kuberhealthy_runs_skipped_total)
+Jobs are left out (they run once; a job and a check of the same name share a khstate). And
+`kuberhealthy_influx_points_dropped_total`, points this process gave up on (influx.py).
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from kuberhealthy.config import PromMetrics
 from kuberhealthy.durations import parse_duration
+from kuberhealthy.history import parse_time
 from kuberhealthy.state import Details, Summary, valid_text
 
 
@@ -115,6 +126,62 @@ class CacheCollector(Collector):
             stale.add_metric([name], seconds)
         yield current
         yield stale
+
+
+Entries = Callable[[], Iterable[Mapping[str, object]]]  # the JSON API's entries (checkview.view)
+
+
+class CheckStatsCollector(Collector):
+    """Per-check counters and times from the JSON API's entries, at scrape time."""
+
+    def __init__(self, entries: Entries) -> None:
+        self._entries = entries
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        labels = ["check", "namespace"]
+        failures = GaugeMetricFamily("kuberhealthy_check_consecutive_failures",
+                                     "Failed runs of the check since its last OK run", labels=labels)
+        last_ok = GaugeMetricFamily("kuberhealthy_check_last_success_timestamp_seconds",
+                                    "When the check last ran OK, in unix seconds", labels=labels)
+        interval = GaugeMetricFamily("kuberhealthy_check_interval_seconds", "The check's runInterval",
+                                     labels=labels)
+        runs = CounterMetricFamily("kuberhealthy_check_runs", "Judged runs of the check, by result (persisted)",
+                                   labels=[*labels, "result"])
+        for entry in self._entries():
+            if entry.get("kind") != "check":
+                continue
+            namespace = str(entry.get("namespace") or "")
+            values = [f"{namespace}/{entry.get('name') or ''}", namespace]
+            failures.add_metric(values, _number(entry.get("consecutiveFailures")))
+            when = parse_time(entry.get("lastOK"))
+            if when is not None:
+                last_ok.add_metric(values, when)
+            interval.add_metric(values, _number(entry.get("interval")))
+            runs.add_metric([*values, "ok"], _number(entry.get("successCount")))
+            runs.add_metric([*values, "failed"], _number(entry.get("failureCount")))
+        yield from (failures, last_ok, interval, runs)
+
+
+def _number(value: object) -> float:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
+
+
+class InfluxCollector(Collector):
+    """`kuberhealthy_influx_points_dropped_total`: InfluxDB points this process gave up on."""
+
+    def __init__(self, dropped: Callable[[], int]) -> None:
+        self._dropped = dropped
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        yield CounterMetricFamily("kuberhealthy_influx_points_dropped",
+                                  "InfluxDB points given up on: queue full, writes failing, or shutdown",
+                                  value=float(self._dropped()))
 
 
 def make_registry(summary: Callable[[], Summary], current_master: Callable[[], str],

@@ -33,16 +33,13 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from kuberhealthy.checkpod import CHECK_NAME_LABEL
 from kuberhealthy.config import Config
 from kuberhealthy.errors import ApiError, NotFound
 from kuberhealthy.kube import KHCHECKS, KHJOBS, KHSTATES, PODS, Obj, Resource, key_of
-from kuberhealthy.threads import BackgroundThread
-
-if TYPE_CHECKING:
-    from kuberhealthy.services import Services
+from kuberhealthy.seams import ReaperNeeds
+from kuberhealthy.threads import PeriodicThread
 
 logger = logging.getLogger(__name__)
 
@@ -181,28 +178,21 @@ def orphan_states(states: Iterable[Obj], check_keys: set[str], job_keys: set[str
 # --- the threads ------------------------------------------------------------------------------------
 
 
-class _Periodic(BackgroundThread):
+class _Periodic(PeriodicThread):
     """One named thread calling reap_once() every `interval` seconds until stop()."""
 
     thread_name = "kh-reaper"
 
     def __init__(self, interval: float) -> None:
-        super().__init__(self.thread_name)
-        self.interval = interval
+        super().__init__(self.thread_name, interval)
 
-    def _run(self) -> None:
-        logger.info("%s: started, every %.1fs", self.thread_name, self.interval)
-        while not self._stop.wait(self.interval):
-            try:
-                self.reap_once()
-            except Exception:  # one bad cycle must not end the housekeeping
-                logger.exception("%s: cycle failed; next try in %.1fs", self.thread_name, self.interval)
-        logger.info("%s: stopped", self.thread_name)
+    def tick(self) -> None:
+        self.reap_once()
 
     def reap_once(self) -> list[Doomed]:
         raise NotImplementedError
 
-    def _delete(self, services: Services, res: Resource, d: Doomed) -> bool:
+    def _delete(self, services: ReaperNeeds, res: Resource, d: Doomed) -> bool:
         try:
             gone = services.resources.delete(res, d.namespace, d.name, uid=d.uid or None)
         except ApiError as e:
@@ -220,7 +210,7 @@ class CheckReaper(_Periodic):
 
     thread_name = "kh-check-reaper"
 
-    def __init__(self, services: Services, now: Callable[[], float] = time.time,
+    def __init__(self, services: ReaperNeeds, now: Callable[[], float] = time.time,
                  interval: float | None = None) -> None:
         super().__init__(services.config.check_reaper_run_interval if interval is None else interval)
         self.services = services
@@ -259,7 +249,7 @@ class StateReaper(_Periodic):
 
     thread_name = "kh-state-reaper"
 
-    def __init__(self, services: Services, interval: float | None = None) -> None:
+    def __init__(self, services: ReaperNeeds, interval: float | None = None) -> None:
         super().__init__(services.config.state_reaper_interval if interval is None else interval)
         self.services = services
 

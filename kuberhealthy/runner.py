@@ -32,35 +32,51 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from kuberhealthy import khstate
-from kuberhealthy.checkpod import CHECK_NAME_LABEL, RUN_ID_LABEL, build_pod, pod_name
+from kuberhealthy.checkpod import (
+    CHECK_NAME_LABEL,
+    RUN_ID_LABEL,
+    build_pod,
+    new_run_key,
+    pod_name,
+    pod_run_key,
+    run_key_sha256,
+)
 from kuberhealthy.checks import CheckSpec, validate_pod_spec
 from kuberhealthy.durations import format_duration
 from kuberhealthy.errors import ApiError, Conflict, NotFound, is_transient
+from kuberhealthy.events import KIND_CHECK, KIND_JOB, ObjectRef
+from kuberhealthy.history import RunRecord
 from kuberhealthy.kube import KHSTATES, PODS, Obj
+from kuberhealthy.runpod import (
+    ERR_CLEANUP,
+    ERR_EXIT,
+    ERR_REPORT,
+    ERR_RUNNING,
+    ERR_START,
+    live,
+    pending,
+    pod_name_of,
+    pod_uid,
+    read_log_tail,
+    start_failure,
+    terminating,
+)
 from kuberhealthy.runstats import SKIP_API, SKIP_POD_DELETED
+from kuberhealthy.seams import RunNeeds
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-POD_START_FAILURES = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName")
-FINISHED = ("Succeeded", "Failed")
-
-# v2's reasons, kept word for word: alerts and dashboards match on them.
-ERR_CLEANUP = "failed to see pod cleanup within timeout"
-ERR_RUNNING = "failed to see pod running within timeout"
-ERR_REPORT = "timed out waiting for checker pod to report in"
-ERR_EXIT = "timed out waiting for pod to exit"
-ERR_START = "error when waiting for pod to start: "
 
 CONFIRM_TIMEOUT = 5.0  # seconds for one confirming read
 WRITE_TIMEOUT = 5.0  # seconds per khstate request
 GRACE = 10.0  # seconds past the deadline still spent writing a verdict (RECORD, an error)
 RETRY_FIRST = 0.2  # seconds
 RETRY_MAX = 2.0  # seconds
+LOG_TIMEOUT = 3.0  # seconds for reading a failed checker's log tail
 
 
 class Phase(enum.Enum):
@@ -109,39 +125,10 @@ class _Skipped(Exception):
         self.reason = reason
 
 
-def _live(pod: Obj) -> bool:
-    return (pod.get("status") or {}).get("phase") not in FINISHED
-
-
-def _terminating(pod: Obj) -> bool:
-    return bool((pod.get("metadata") or {}).get("deletionTimestamp"))
-
-
-def _pending(pod: Obj) -> bool:
-    return (pod.get("status") or {}).get("phase") in (None, "", "Pending")
-
-
-def _start_failure(pod: Obj) -> str | None:
-    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
-        reason = ((cs.get("state") or {}).get("waiting") or {}).get("reason")
-        if reason in POD_START_FAILURES:
-            return str(reason)
-    return None
-
-
-def _uid(pod: Obj) -> str:
-    meta = pod.get("metadata") or {}
-    return str(meta.get("uid") or meta.get("name") or "")
-
-
-def _name(pod: Obj | None) -> str:
-    return str(((pod or {}).get("metadata") or {}).get("name") or "")
-
-
 class Runner:
     """Runs one check once. Construct per run; call run() on the check's thread; wake() from a stopper."""
 
-    def __init__(self, services: Any, check: CheckSpec, stop: threading.Event,
+    def __init__(self, services: RunNeeds, check: CheckSpec, stop: threading.Event,
                  clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
         self.s = services
         self.check = check
@@ -154,7 +141,8 @@ class Runner:
         self._started = clock()
         self.phase_seconds: dict[str, float] = {}
         self.pod: Obj | None = None
-        self._created_name = ""
+        self._created_name = ""  # the pod this run claims, then creates
+        self._run_key = ""  # the run's secret: on its pod only; the claim holds its hash
         self._wall_start = wall()
         self._last_run: str | None = None  # the khstate's LastRun when the run claimed it
         self._written: Obj | None = None  # the khstate as this run last wrote it
@@ -186,7 +174,7 @@ class Runner:
 
     def _my_pod(self) -> Obj | None:
         for pod in self._pods_of_run():  # only the pod this run created counts, not a look-alike
-            if not self._created_name or _name(pod) == self._created_name:
+            if not self._created_name or pod_name_of(pod) == self._created_name:
                 return pod
         return None
 
@@ -262,8 +250,7 @@ class Runner:
 
     def _held(self) -> bool:
         """A report for this run was accepted but waits (on this replica) for the API to store it."""
-        held = getattr(self.s, "held", None)
-        return held is not None and held.holds(self.run_uuid)
+        return self.s.held.holds(self.run_uuid)
 
     def _reported(self) -> bool:
         return self._is_report(self.s.khstates.get(self.check.namespace, self.check.name))
@@ -271,8 +258,8 @@ class Runner:
     def _evict_run_pods(self) -> None:
         """Remove this run's live pods: those in the cache, and the one we created (the cache may not
         have seen it yet). An API error here is logged; the reaper or the next run's CLEAR retries."""
-        names = {_name(p) for p in self._pods_of_run() if _live(p) and not _terminating(p)}
-        if self._created_name and (self.pod is None or (_live(self.pod) and not _terminating(self.pod))):
+        names = {pod_name_of(p) for p in self._pods_of_run() if live(p) and not terminating(p)}
+        if self._created_name and (self.pod is None or (live(self.pod) and not terminating(self.pod))):
             names.add(self._created_name)
         for name in sorted(names):
             try:
@@ -289,7 +276,7 @@ class Runner:
         start = self._started = self.clock()
         self._wall_start = self.wall()
         deadline = start + self.check.timeout
-        skip_reason = ""
+        skip_reason, reason, logs = "", "", None
         try:
             self._run(deadline)
             outcome, errors = Outcome.REPORTED, list[str]()
@@ -304,34 +291,53 @@ class Runner:
                 self._evict_run_pods()
         except _Failed as e:
             outcome, errors = Outcome.FAILED, [f"Check execution error: {self.check.key}: {e}"]
+            reason = str(e)
             self.log.warning("Run failed in phase %s: %s", self.phase.value, e)
+            logs = self._read_logs(deadline) if self._created_name and self.pod is not None else None
             self._evict_run_pods()
         finally:
             self._waiter.close()
         duration = self.clock() - start
         node = str(((self.pod or {}).get("spec") or {}).get("nodeName") or "")
         if outcome is Outcome.FAILED:
-            outcome, skip_reason = self._record_failure(errors, duration, node, deadline)
+            record = RunRecord.failed(self.run_uuid, self._wall_start, duration, node,
+                                      self._created_name if self.pod is not None else "", reason, errors, logs)
+            outcome, skip_reason = self._record_failure(errors, duration, node, deadline, record)
         result = RunResult(outcome, self.run_uuid, self.phase, errors, duration, self._created_name, node,
                            dict(self.phase_seconds), skip_reason)
         self.log.debug("Phase times: %s", ", ".join(f"{k}={v:.3f}s" for k, v in self.phase_seconds.items()))
         if outcome is Outcome.SKIPPED:
-            stats = getattr(self.s, "stats", None)
-            if stats is not None:
-                stats.skip(skip_reason)
+            self.s.stats.skip(skip_reason)
         if outcome in (Outcome.REPORTED, Outcome.FAILED):
             self._forward(result)
         return result
 
-    def _record_failure(self, errors: list[str], duration: float, node: str, deadline: float) -> tuple[Outcome, str]:
+    def _history(self, record: Callable[[Obj], RunRecord]) -> khstate.HistoryWrite:
+        config = self.s.config
+        return khstate.HistoryWrite(record, config.history_length, config.capture_logs, self.wall())
+
+    def _ref(self) -> ObjectRef:
+        kind = KIND_JOB if self.check.workload == khstate.WORKLOAD_JOB else KIND_CHECK
+        return ObjectRef(kind, self.check.namespace, self.check.name, self.check.uid)
+
+    def _read_logs(self, deadline: float) -> str | None:
+        """The tail of the checker's log, for a failed run's history entry (captureLogs)."""
+        if not self.s.config.capture_logs or not self._created_name:
+            return None
+        return read_log_tail(self.s.resources, self.check.namespace, self._created_name, self.pod,
+                             max(0.5, min(LOG_TIMEOUT, deadline + GRACE - self.clock())))
+
+    def _record_failure(self, errors: list[str], duration: float, node: str, deadline: float,
+                        record: RunRecord) -> tuple[Outcome, str]:
         """Write the execution error (only while the khstate still names this run)."""
         until = max(deadline, self.clock()) + GRACE
+        history = self._history(lambda _spec: record)
 
         def write(timeout: float) -> Obj | None:
             return khstate.record_error(
                 self.s.resources, self.check.namespace, self.check.name, errors, self.s.config.pod_name,
                 format_duration(duration), node, self.check.workload, run_uuid=self.run_uuid,
-                timeout=timeout, deadline=until)
+                timeout=timeout, deadline=until, history=history, clock=self.clock)
         try:
             self._written = self._call("record the failure", write, until)
         except _Skipped as e:
@@ -343,6 +349,8 @@ class Runner:
             self.log.error("Could not record the failure: %s", e)
         if self._written is None:
             self.log.info("A newer run has claimed the khstate; this run's failure is not recorded")
+        else:
+            self.s.events.check_failed(self._ref(), errors[0])
         return Outcome.FAILED, ""
 
     def _run(self, deadline: float) -> None:
@@ -350,10 +358,16 @@ class Runner:
         # CLAIM: only this run's UUID may report from now on.
         self.phase = Phase.CLAIM
 
+        # The claim names the pod this run will create and the hash of its secret: every replica then
+        # takes reports from that pod only, whatever else carries the same labels and env.
+        self._created_name = self._fresh_pod_name()
+        self._run_key = new_run_key()
+
         def claim(timeout: float) -> Obj:
             return khstate.claim_run(self.s.resources, ns, name, self.run_uuid, self.s.config.pod_name,
                                      self.check.workload, hint=self.s.khstates.get(ns, name), timeout=timeout,
-                                     deadline=deadline)
+                                     deadline=deadline, run_pod=self._created_name,
+                                     run_key_sha256=run_key_sha256(self._run_key), clock=self.clock)
         try:
             claimed = self._call("claim the run", claim, deadline)
         except ApiError as e:
@@ -384,9 +398,9 @@ class Runner:
                 return "gone" if seen else None  # not seen yet: the watch may simply be behind
             seen = True
             self.pod = pod
-            if _start_failure(pod):
+            if start_failure(pod):
                 return "pull"
-            return None if _pending(pod) else "started"
+            return None if pending(pod) else "started"
         state = self._wait(started, deadline)
         if state is None:
             self._settle(deadline)  # the deadline passed: decide on what the API server says
@@ -398,7 +412,7 @@ class Runner:
             return
         if state == "pull":
             pod = self._read_pod(self._created_name)  # confirm: never fail on the cache alone
-            failure = _start_failure(pod or {})
+            failure = start_failure(pod or {})
             if pod is None:
                 raise _Skipped(SKIP_POD_DELETED, "checker pod was removed before it started")
             if failure:
@@ -415,7 +429,7 @@ class Runner:
             if pod is None:
                 return "gone"
             self.pod = pod
-            return "ended" if not _live(pod) else None
+            return "ended" if not live(pod) else None
         outcome = self._wait(reported_or_ended, deadline)
         if outcome != "reported":
             if outcome is None or self._impaired() or self._held():
@@ -444,10 +458,10 @@ class Runner:
             if pod is None:
                 return True
             self.pod = pod
-            return not _live(pod)
+            return not live(pod)
         if not self._wait(exited, deadline):
             pod = self._read_pod(self._created_name)
-            if pod is not None and _live(pod):
+            if pod is not None and live(pod):
                 raise self._fail(ERR_EXIT)
             self.pod = pod or self.pod
         self._record(deadline)
@@ -464,17 +478,17 @@ class Runner:
         stuck = self._stuck_pods()
 
         def earlier(pods: list[Obj]) -> list[Obj]:
-            return [p for p in pods if _live(p) and _uid(p) not in stuck
+            return [p for p in pods if live(p) and pod_uid(p) not in stuck
                     and (p["metadata"].get("labels") or {}).get(RUN_ID_LABEL) != self.run_uuid]
         stale = earlier(self.s.pods.by_index("check", key))
         for pod in stale:
-            if _terminating(pod):
+            if terminating(pod):
                 continue  # already told to go
-            self.log.info("Removing earlier checker pod %s", _name(pod))
+            self.log.info("Removing earlier checker pod %s", pod_name_of(pod))
             try:
-                self.s.resources.evict_pod(ns, _name(pod), timeout=CONFIRM_TIMEOUT)
+                self.s.resources.evict_pod(ns, pod_name_of(pod), timeout=CONFIRM_TIMEOUT)
             except ApiError as e:  # the wait below decides; it fails the run if the pod stays
-                self.log.warning("Could not remove earlier checker pod %s: %s", _name(pod), e)
+                self.log.warning("Could not remove earlier checker pod %s: %s", pod_name_of(pod), e)
                 self._api_trouble |= is_transient(e)
         if not stale or self._wait(lambda: not earlier(self.s.pods.by_index("check", key)), deadline):
             return
@@ -490,31 +504,32 @@ class Runner:
             return
         error = self._fail(ERR_CLEANUP)
         for pod in left:
-            if _terminating(pod) and isinstance(error, _Failed):
-                stuck.add(_uid(pod))
+            if terminating(pod) and isinstance(error, _Failed):
+                stuck.add(pod_uid(pod))
                 self.log.warning("Earlier checker pod %s is stuck Terminating (since %s; a lost node or a "
-                                 "finalizer?); reported once, later runs will not wait for it", _name(pod),
+                                 "finalizer?); reported once, later runs will not wait for it", pod_name_of(pod),
                                  (pod.get("metadata") or {}).get("deletionTimestamp"))
         raise error
 
     def _stuck_pods(self) -> set[str]:
         """Uids of checker pods already reported stuck Terminating (shared by the daemon's runs)."""
-        seen: set[str] | None = getattr(self.s, "stuck_terminating", None)
-        if seen is None:
-            seen = set()
-        elif len(seen) > 10000:
+        seen = self.s.stuck_terminating
+        if len(seen) > 10000:
             seen.clear()
         return seen
 
-    def _create(self, deadline: float) -> None:
-        ns = self.check.namespace
-        # The name has one-second resolution; never reuse a name that still exists.
-        while self.s.pods.get(ns, pod_name(self.check.name, int(self.wall()))) is not None:
+    def _fresh_pod_name(self) -> str:
+        """`<check>-<unix seconds>`; the name has one-second resolution: never reuse one that still exists."""
+        while self.s.pods.get(self.check.namespace, name := pod_name(self.check.name, int(self.wall()))) is not None:
             if self.stop.wait(max(0.01, 1.0 - (self.wall() % 1.0))):
                 raise _Stopped()
+        return name
+
+    def _create(self, deadline: float) -> None:
+        ns = self.check.namespace
         body = build_pod(self.check, self.run_uuid, self.wall(), self.s.config.external_check_reporting_url,
-                         self.s.owner_reference(ns), deadline_unix=self._wall_start + self.check.timeout)
-        self._created_name = str(body["metadata"]["name"])
+                         self.s.owner_reference(ns), deadline_unix=self._wall_start + self.check.timeout,
+                         name=self._created_name, run_key=self._run_key)
         attempts = 0
 
         def create(timeout: float) -> Obj:
@@ -525,15 +540,15 @@ class Runner:
             except Conflict as e:
                 if attempts > 1 and e.already_exists:  # our earlier attempt went through after all
                     pod = self.s.resources.get(PODS, ns, self._created_name, timeout=timeout)
-                    if (pod["metadata"].get("labels") or {}).get(RUN_ID_LABEL) == self.run_uuid:
+                    if pod_run_key(pod) == self._run_key:  # ours, not a look-alike that took the name
                         return pod
                 raise
         try:
             self.pod = self._call("create the checker pod", create, deadline)
         except Conflict as e:
-            raise _Failed(f"failed to create checker pod {self._created_name}: {e}") from None
+            raise _Failed(f"failed to create checker pod {self._created_name}: {e}") from e
         except ApiError as e:
-            raise _Failed(f"failed to create checker pod: {e}") from None
+            raise _Failed(f"failed to create checker pod: {e}") from e
         self.log.info("Created checker pod %s", self._created_name)
 
     def _settle(self, deadline: float) -> None:
@@ -544,7 +559,7 @@ class Runner:
         """
         remaining = deadline - self.clock()
         if remaining > 0:  # not at the deadline yet: wait for the caches to say more first
-            if self._wait(lambda: self._reported() and (p := self._my_pod()) is not None and not _live(p), deadline):
+            if self._wait(lambda: self._reported() and (p := self._my_pod()) is not None and not live(p), deadline):
                 self.pod = self._my_pod() or self.pod
                 self._record(deadline)
                 return
@@ -555,16 +570,16 @@ class Runner:
         if pod is not None:
             self.pod = pod
         if reported:
-            if pod is not None and _live(pod):
+            if pod is not None and live(pod):
                 self.phase = Phase.EXIT
                 raise self._fail(ERR_EXIT)
             self.log.info("Checker pod reported and exited (confirmed by reads)")
             self._record(deadline)
             return
         assert pod is not None
-        if _pending(pod):
+        if pending(pod):
             self.phase = Phase.START
-            failure = _start_failure(pod)
+            failure = start_failure(pod)
             raise self._fail(ERR_START + failure if failure else ERR_RUNNING)
         self.phase = Phase.REPORT
         raise self._fail(ERR_REPORT)
@@ -574,24 +589,38 @@ class Runner:
         self.phase = Phase.RECORD
         ns, name = self.check.namespace, self.check.name
         node = str(((self.pod or {}).get("spec") or {}).get("nodeName") or "")
-        duration = format_duration(self.clock() - self._started)
+        seconds = self.clock() - self._started
+        duration = format_duration(seconds)
         until = max(deadline, self.clock() + GRACE)
+        reported = self.s.khstates.get(ns, name)
+        logs = None
+        if self._is_report(reported) and not khstate.Spec.of(reported or {}).ok:
+            logs = self._read_logs(until)  # the checker reported a failure: keep what it printed
+        history = self._history(lambda spec: RunRecord.reported(self.run_uuid, self._wall_start, seconds, node,
+                                                                self._created_name, spec, logs))
 
         def record(timeout: float) -> Obj | None:
             return khstate.record_result(self.s.resources, ns, name, self.run_uuid, duration, node,
                                          self.s.config.pod_name, hint=self.s.khstates.get(ns, name),
-                                         timeout=timeout, deadline=until)
+                                         timeout=timeout, deadline=until, history=history, clock=self.clock)
         try:
             self._written = self._call("record the run", record, until)
         except (_Skipped, ApiError) as e:
-            # The report itself is stored; only RunDuration/Node are missing. Not a failure of the check.
+            # The report itself is stored; only RunDuration/Node (and this run's history entry) are missing.
+            # Not a failure of the check.
             self.log.warning("Could not record the run's duration and node: %s", e)
             self._written = self.s.khstates.get(ns, name)
+        else:
+            spec = khstate.Spec.of(self._written or {})
+            if self._written is not None and not spec.ok:
+                self.s.events.check_failed(self._ref(), spec.errors[0] if spec.errors else "reported OK: false")
+            elif self._written is not None and history.previous_failures > 0:
+                self.s.events.check_recovered(self._ref(), history.previous_failures)
         self.phase = Phase.DONE
         self.log.info("Run done in %s on node %s", duration, node or "?")
 
     def _forward(self, result: RunResult) -> None:
-        influx = getattr(self.s, "influx", None)
+        influx = self.s.influx
         if influx is None:
             return
         spec = khstate.Spec.of(self._written or {})  # what this run wrote, not a possibly lagging cache

@@ -5,21 +5,30 @@ memory. The services start after the fork (post_worker_init) and stop when the w
 (worker_exit): stop runs and remove their pods, release the Lease, flush Influx. gunicorn's
 graceful timeout bounds it, inside the chart's 60 s termination grace period.
 
-Signals: the arbiter's handlers only queue the signal (gunicorn's design). We add one rule on top:
-a second SIGTERM or SIGINT while stopping kills the worker and exits at once.
+Signals: handlers only queue the signal (gunicorn's design); threads act on it. In the worker,
+SIGTERM or SIGINT goes to the kh-shutdown thread, which stops the services and then lets gunicorn
+wind the worker down. In the arbiter, SIGINT stops gracefully like SIGTERM, and a second SIGTERM or
+SIGINT while stopping goes to the kh-hard-stop thread, which kills the worker and exits at once.
 """
 from __future__ import annotations
 
 import logging
 import os
+import queue
 import signal
 import socket
 import threading
+from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 from gunicorn.app.base import BaseApplication
 
 from kuberhealthy.config import DEFAULT_CONFIG_PATH, Config
+from kuberhealthy.configwatch import ConfigWatcher
+from kuberhealthy.kube import Kube
+from kuberhealthy.services import Services, build, needs_rebuild, needs_restart, reconfigure
+from kuberhealthy.web import create_app
 
 logger = logging.getLogger(__name__)
 
@@ -58,25 +67,26 @@ class Runtime:
     def __init__(self, app: KuberhealthyApplication) -> None:
         self.app = app
         self.config = app.config
-        self.services: Any = None
-        self.watcher: Any = None
+        self.services: Services | None = None
+        self.watcher: ConfigWatcher | None = None
         self._lock = threading.Lock()
 
     def start(self) -> None:
-        from kuberhealthy.configwatch import ConfigWatcher
         self._start_services(self.config, swap_after_sync=False)
         path = self.app.config_path or DEFAULT_CONFIG_PATH
         if os.path.exists(path):
             self.watcher = ConfigWatcher(path, self.config, self.reload)
+            if self.services is not None:
+                self.watcher.supervised_by(self.services.deaths)  # a dead watcher stops the process too
             self.watcher.start()
 
     def _start_services(self, config: Config, swap_after_sync: bool) -> None:
         """Build and start services. At start-up the web app serves at once (/readyz tells when caches
         are synced); on a reload the previous app keeps answering until the new caches are synced."""
-        from kuberhealthy.kube import Kube
-        from kuberhealthy.services import build
         services = build(config, Kube.connect(self.app.kubeconfig))
         services.on_fatal = self._fatal
+        if self.watcher is not None:
+            self.watcher.supervised_by(services.deaths)
         self.services = services
         if not swap_after_sync:
             self.app.flask_holder.init(services)
@@ -98,7 +108,6 @@ class Runtime:
         parts a changed key feeds are replaced (services.reconfigure). A change of targetNamespace
         means other caches: the services are rebuilt (checks restart, the Lease is handed over).
         """
-        from kuberhealthy.services import needs_rebuild, needs_restart, reconfigure
         with self._lock:
             config, restart = needs_restart(self.config, config)
             for name in restart:
@@ -147,21 +156,29 @@ def _post_worker_init(worker: Any) -> None:
 
     gunicorn's worker stops serving as soon as it gets SIGTERM. The contract's order is the other way
     round (runs stopped, pods removed, Lease released, Influx flushed, then the web server), so the
-    worker's SIGTERM handler first stops the services on a thread, then lets gunicorn wind down.
+    worker's SIGTERM (and SIGINT) handler only queues the signal for the kh-shutdown thread, which
+    stops the services first and then lets gunicorn wind down.
     """
     global _runtime
     runtime = _runtime = Runtime(worker.app)
     runtime.start()
     gunicorn_exit = worker.handle_exit
+    signals: queue.SimpleQueue[int] = queue.SimpleQueue()  # put() is safe in a signal handler
 
-    def handle_exit(sig: int, frame: Any) -> None:
-        def stop_then_exit() -> None:
-            try:
-                runtime.stop()
-            finally:
-                gunicorn_exit(sig, frame)
-        threading.Thread(target=stop_then_exit, name="kh-shutdown", daemon=True).start()
+    def shutdown() -> None:
+        sig = signals.get()
+        try:
+            runtime.stop()
+        finally:
+            gunicorn_exit(sig, None)
+
+    threading.Thread(target=shutdown, name="kh-shutdown", daemon=True).start()
+
+    def handle_exit(sig: int, frame: FrameType | None) -> None:
+        signals.put(sig)
+
     signal.signal(signal.SIGTERM, handle_exit)
+    signal.signal(signal.SIGINT, handle_exit)
 
 
 def _worker_exit(server: Any, worker: Any) -> None:
@@ -169,22 +186,37 @@ def _worker_exit(server: Any, worker: Any) -> None:
         _runtime.stop()
 
 
-def _when_ready(server: Any) -> None:
-    """In the arbiter: a second SIGTERM/SIGINT during a graceful stop ends everything at once."""
-    first: dict[int, bool] = {}
-    gunicorn_handler = server.signal
+def _hard_stop(server: Any, signals: queue.SimpleQueue[int], kill: Callable[[int, int], None] = os.kill,
+               exit_now: Callable[[int], None] = os._exit) -> None:
+    """The arbiter's kh-hard-stop thread: the second stop signal kills the worker and exits now."""
+    signals.get()
+    signals.get()
+    logger.warning("Second signal: exiting now")
+    for pid in list(server.WORKERS):
+        try:
+            kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    exit_now(1)
 
-    def handler(sig: int, frame: Any) -> None:
-        if first.get(0):
-            logger.warning("Second signal: exiting now")
-            for pid in list(server.WORKERS):
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            os._exit(1)
-        first[0] = True
-        gunicorn_handler(signal.SIGTERM, frame)  # SIGINT stops gracefully too (gunicorn's would not)
+
+def _when_ready(server: Any) -> None:
+    """gunicorn's hook (it must take exactly one argument)."""
+    install_arbiter_signals(server)
+
+
+def install_arbiter_signals(server: Any,
+                            hard_stop: Callable[[Any, queue.SimpleQueue[int]], None] = _hard_stop) -> None:
+    """In the arbiter: SIGINT stops gracefully too (gunicorn's would not); a second SIGTERM/SIGINT
+    during a graceful stop ends everything at once. The handler only queues (both queues)."""
+    gunicorn_queue = server.signal  # gunicorn's own handler: queues the signal, wakes the arbiter's loop
+    signals: queue.SimpleQueue[int] = queue.SimpleQueue()
+    threading.Thread(target=hard_stop, args=(server, signals), name="kh-hard-stop", daemon=True).start()
+
+    def handler(sig: int, frame: FrameType | None) -> None:
+        signals.put(sig)
+        gunicorn_queue(signal.SIGTERM, frame)
+
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, handler)
 
@@ -195,8 +227,7 @@ class _FlaskHolder:
     def __init__(self) -> None:
         self.app: Any = None
 
-    def init(self, services: Any) -> None:
-        from kuberhealthy.web import create_app
+    def init(self, services: Services) -> None:
         self.app = create_app(services)
 
     def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
@@ -206,7 +237,7 @@ class _FlaskHolder:
         return self.app(environ, start_response)
 
 
-class KuberhealthyApplication(BaseApplication):
+class KuberhealthyApplication(BaseApplication):  # type: ignore[misc]  # gunicorn ships no types
     def __init__(self, config: Config, kubeconfig: str | None, config_path: str | None) -> None:
         self.config = config
         self.kubeconfig = kubeconfig

@@ -12,39 +12,34 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
-from kuberhealthy.checkpod import APP_LABEL_VALUE, CHECK_NAME_LABEL, RUN_ID_LABEL, slim_pod
+from kuberhealthy.checkpod import (
+    CHECK_POD_SELECTOR,
+    RUN_ID_LABEL,
+    pod_check_index,
+    pod_ip_index,
+    pod_uuid_index,
+    slim_pod,
+)
 from kuberhealthy.config import Config
+from kuberhealthy.controller import Controller
 from kuberhealthy.errors import ApiError, NotFound
+from kuberhealthy.events import EventRecorder
 from kuberhealthy.heldreports import HeldReports
+from kuberhealthy.influx import InfluxForwarder
 from kuberhealthy.kube import KHCHECKS, KHJOBS, KHSTATES, PODS, Kube, Obj, Reflector, Resources
+from kuberhealthy.leader import ForcedLeader, LeaderElector
 from kuberhealthy.notify import Notifier
+from kuberhealthy.reaper import CheckReaper, StateReaper
 from kuberhealthy.runstats import RunStats
+from kuberhealthy.schemacheck import SchemaCheck
+from kuberhealthy.seams import CacheState, Part
+from kuberhealthy.threads import Deaths
 
 logger = logging.getLogger(__name__)
 
-CHECK_POD_SELECTOR = f"app={APP_LABEL_VALUE}"
 OWNER_LOOKUP_TIMEOUT = 5.0  # seconds
-
-
-def pod_uuid_index(pod: Obj) -> list[str]:
-    run_id = ((pod.get("metadata") or {}).get("labels") or {}).get(RUN_ID_LABEL)
-    return [run_id] if run_id else []
-
-
-def pod_ip_index(pod: Obj) -> list[str]:
-    status = pod.get("status") or {}
-    ips = {str(i.get("ip")) for i in status.get("podIPs") or [] if i.get("ip")}
-    if status.get("podIP"):
-        ips.add(str(status["podIP"]))
-    return sorted(ips)
-
-
-def pod_check_index(pod: Obj) -> list[str]:
-    meta = pod.get("metadata") or {}
-    check = (meta.get("labels") or {}).get(CHECK_NAME_LABEL)
-    return [f"{meta.get('namespace')}/{check}"] if check else []
+Elector = LeaderElector | ForcedLeader
 
 
 class Services:
@@ -66,27 +61,32 @@ class Services:
                               indexers={"uuid": pod_uuid_index, "ip": pod_ip_index, "check": pod_check_index},
                               name="kh-reflector-pods", transform=slim_pod)
         self.reflectors = [self.khchecks, self.khstates, self.khjobs, self.pods]
+        self.deaths = Deaths()  # every thread of the daemon reports an unexpected end here
+        for r in self.reflectors:
+            r.supervised_by(self.deaths)
         self.fatal = threading.Event()  # set when a part died unexpectedly: the process must stop
         self.on_fatal: Callable[[], None] | None = None  # called once when that happens
-        self.influx: Any = None  # an InfluxForwarder when enableInflux is on
+        self.influx: InfluxForwarder | None = None  # when enableInflux is on
+        self.influx_dropped_before = 0  # points dropped by forwarders replaced since start (reconfigure)
         self.stats = RunStats()
         self.held = HeldReports(self.resources, lambda: self.config.pod_name)
+        self.events = EventRecorder(self.resources, config.pod_name)  # every replica: reports are refused anywhere
         self.stuck_terminating: set[str] = set()  # checker pods already reported as stuck Terminating
         self._owner_lock = threading.Lock()
         self._owner: tuple[bool, Obj | None] = (False, None)  # (looked up yet, ownerReference)
-        self.controller: Any = None
-        self.elector: Any = None
-        self._parts: list[Any] = []  # started after the caches, stopped before them (reverse order)
+        self.controller: Controller | None = None
+        self.elector: Elector | None = None
+        self._parts: list[Part] = []  # started after the caches, stopped before them (reverse order)
         self._started = False
         self._stopping = threading.Event()
-        self.supervise_interval = 1.0  # seconds between looks at the core threads
         self._supervisor: threading.Thread | None = None
 
-    def add_part(self, part: Any) -> None:
-        """Register something with start()/stop()/join(timeout) to run with the daemon."""
+    def add_part(self, part: Part) -> None:
+        """Register a part to run with the daemon (its unexpected end stops the daemon)."""
+        part.supervised_by(self.deaths)
         self._parts.append(part)
 
-    def replace_part(self, old: Any, new: Any | None, timeout: float = 30.0) -> None:
+    def replace_part(self, old: Part, new: Part | None, timeout: float = 30.0) -> None:
         """Stop `old` (joined) and put `new` (started, if the services run) in its place."""
         index = self._parts.index(old)
         old.stop()
@@ -94,13 +94,15 @@ class Services:
         if new is None:
             del self._parts[index]
             return
+        new.supervised_by(self.deaths)
         self._parts[index] = new
         if self._started:
             new.start()
 
-    def insert_part(self, part: Any) -> None:
+    def insert_part(self, part: Part) -> None:
         """Add a part that stops before the held reports but after everything else (Influx's place)."""
-        self._parts.insert(1, part)
+        part.supervised_by(self.deaths)
+        self._parts.insert(3, part)
         if self._started:
             part.start()
 
@@ -154,7 +156,26 @@ class Services:
                                            timeout=timeout)
         return [slim_pod(o) for o in items]
 
-    def cache_status(self) -> list[tuple[str, bool, float]]:
+    def read_checker_pod(self, namespace: str, name: str, timeout: float) -> Obj | None:
+        """One bounded read of a pod the cache has not seen (a token's pod); None when it is gone."""
+        try:
+            return slim_pod(self.resources.get(PODS, namespace, name, timeout=timeout))
+        except NotFound:
+            return None
+
+    def read_khstate(self, namespace: str, name: str, timeout: float) -> Obj | None:
+        """One bounded read of a khstate (the report handler's, when the cache lags the run's claim)."""
+        try:
+            return self.resources.get(KHSTATES, namespace, name, timeout=timeout)
+        except NotFound:
+            return None
+
+    def influx_points_dropped(self) -> int:
+        """InfluxDB points given up on since start, by this forwarder and the ones it replaced."""
+        influx = self.influx
+        return self.influx_dropped_before + (influx.dropped_points() if influx is not None else 0)
+
+    def cache_status(self) -> list[CacheState]:
         """(cache, current, seconds not current) for each cache: readiness body and metrics."""
         return [(r.plural, r.is_current(), r.stale_seconds()) for r in self.reflectors]
 
@@ -181,25 +202,21 @@ class Services:
         self._supervisor = threading.Thread(target=self._supervise, name="kh-supervisor", daemon=True)
         self._supervisor.start()
 
-    def _core_threads(self) -> list[Any]:
-        core: list[Any] = list(self.reflectors)
-        core += [p for p in (self.elector, self.controller) if p is not None and hasattr(p, "is_alive")]
-        return core
-
     def _supervise(self) -> None:
-        """A core thread that died unexpectedly means the process must stop cleanly, never hang half-alive."""
-        while not self._stopping.wait(self.supervise_interval):
-            if self.check_core_threads():
-                return
+        """A thread that ended unexpectedly means the process must stop cleanly, never hang half-alive.
 
-    def check_core_threads(self) -> bool:
-        """True (and fatal set, on_fatal called) when a core thread died while the services were not stopping."""
-        dead = [getattr(t, "name", type(t).__name__) for t in self._core_threads() if not t.is_alive()]
-        # Core threads end only after stop() has set _stopping: a death seen together with it is the
-        # shutdown itself. Checking here, after the look, closes the race with a stop() that just began.
+        Waits for a report (threads.Deaths), it does not poll; stop() wakes it to end."""
+        self.deaths.event.wait()
+        self.check_deaths()
+
+    def check_deaths(self) -> bool:
+        """True (and fatal set, on_fatal called) when a thread ended while the services were not stopping."""
+        dead = self.deaths.names()
+        # Threads end only after stop() has set their stop events, which then do not report; a report
+        # seen together with _stopping is a thread that failed during the shutdown itself.
         if not dead or self._stopping.is_set():
             return False
-        logger.error("Core thread(s) died: %s; stopping", ", ".join(map(str, dead)))
+        logger.error("Thread(s) ended unexpectedly: %s; stopping", ", ".join(dead))
         self.fatal.set()
         if self.on_fatal is not None:
             self.on_fatal()
@@ -208,6 +225,7 @@ class Services:
     def stop(self, timeout: float = 50.0) -> None:
         """Stop everything within `timeout` seconds: parts in reverse order, then the caches."""
         self._stopping.set()
+        self.deaths.wake()
         deadline = self.clock() + timeout
         for part in reversed(self._parts):
             try:
@@ -254,22 +272,21 @@ def needs_rebuild(old: Config, new: Config) -> bool:
 
 def build(config: Config, kube: Kube) -> Services:
     """Wire the whole daemon: caches, elector (or forced leader), controller, leader-only parts, Influx."""
-    from kuberhealthy.controller import Controller
-
     services = Services(config, kube)
-    services.add_part(services.held)  # stopped last of the parts: reports may arrive until the end
+    services.add_part(services.events)  # stopped after everything that raises Events
+    services.add_part(SchemaCheck(services.resources, services.events, config.target_namespace or config.pod_namespace,
+                                  config.pod_namespace, config.pod_name))
+    services.add_part(services.held)  # stopped last of the parts but Events: reports may arrive until the end
     if config.enable_influx:
-        from kuberhealthy.influx import InfluxForwarder
         services.influx = InfluxForwarder(config)
         services.add_part(services.influx)
 
-    def leader_parts() -> list[Any]:
-        from kuberhealthy.reaper import CheckReaper, StateReaper
+    def leader_parts() -> list[Part]:
         return [CheckReaper(services), StateReaper(services)]
 
     controller = Controller(services, leader_parts)
     services.controller = controller
-    services.elector = make_elector(services, config)
+    services.elector = make_elector(controller, services, config)
     # Started in this order, stopped in reverse: the controller stops its checks first, then the
     # elector releases the Lease, then Influx flushes.
     services.add_part(services.elector)
@@ -277,9 +294,7 @@ def build(config: Config, kube: Kube) -> Services:
     return services
 
 
-def make_elector(services: Services, config: Config) -> Any:
-    from kuberhealthy.leader import ForcedLeader, LeaderElector
-    controller = services.controller
+def make_elector(controller: Controller, services: Services, config: Config) -> Elector:
     kind = ForcedLeader if config.enable_force_master else LeaderElector
     return kind(services.resources, config.pod_namespace, config.pod_name, config.leader_election,
                 controller.became_leader, controller.lost_leadership)
@@ -292,15 +307,15 @@ def reconfigure(services: Services, new: Config) -> list[str]:
     every checker pod carries), the Influx forwarder, the reapers, the elector (enableForceMaster).
     Callers handle needs_restart/needs_rebuild first.
     """
-    from kuberhealthy.influx import InfluxForwarder
     old = services.config
     services.config = new
     restarted: list[str] = []
     if _changed(old, new, INFLUX_KEYS):
-        previous = services.influx
+        old_influx = services.influx
         services.influx = InfluxForwarder(new) if new.enable_influx else None
-        if previous is not None:
-            services.replace_part(previous, services.influx)
+        if old_influx is not None:
+            services.replace_part(old_influx, services.influx)
+            services.influx_dropped_before += old_influx.dropped_points()  # joined: its count is final
         elif services.influx is not None:
             services.insert_part(services.influx)
         restarted.append("influx")
@@ -310,9 +325,10 @@ def reconfigure(services: Services, new: Config) -> list[str]:
     if _changed(old, new, REAPER_KEYS) and services.controller is not None:
         services.controller.restart_leader_parts()
         restarted.append("reapers")
-    if old.enable_force_master != new.enable_force_master:
-        previous = services.elector
-        services.elector = make_elector(services, new)
-        services.replace_part(previous, services.elector)  # the old one stops its checks, releases the Lease
+    if old.enable_force_master != new.enable_force_master and services.controller is not None \
+            and services.elector is not None:
+        old_elector = services.elector
+        services.elector = make_elector(services.controller, services, new)
+        services.replace_part(old_elector, services.elector)  # the old one stops its checks, releases the Lease
         restarted.append("elector")
     return restarted

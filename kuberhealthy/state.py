@@ -26,9 +26,8 @@ from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
+from kuberhealthy.khstate import WORKLOAD_JOB, RunClaim, finished_uuid
 from kuberhealthy.kube import Obj
-
-WORKLOAD_JOB = "KHJob"
 
 # Go's unicode.IsSpace, which strings.TrimSpace uses (Python's str.isspace also counts \x1c-\x1f).
 GO_SPACE = "\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a" \
@@ -125,9 +124,19 @@ class Details:
         return bool(self.authoritative_pod)
 
 
-def _spec_str(spec: dict, key: str) -> str:
+def _spec_str(spec: Obj, key: str) -> str:
     v = spec.get(key)
     return valid_text(v) if isinstance(v, str) else ""
+
+
+def shown_uuid(obj: Obj) -> str:
+    """The `uuid` the page shows: never that of a run that can still report (CONTRACT section 11). A run
+    this daemon claimed (its pod named in the claim) and has not finished shows the last finished run's
+    uuid instead ("" before any); a khstate no run of ours has claimed shows its uuid as v2 did."""
+    claim = RunClaim.of(obj)
+    if claim.pod and not claim.finished:
+        return finished_uuid(obj)
+    return claim.uuid
 
 
 def details_of(obj: Obj, is_job: bool) -> Details:
@@ -144,7 +153,7 @@ def details_of(obj: Obj, is_job: bool) -> Details:
     spec_ns = _spec_str(spec, "Namespace")
     d = {
         "RunDuration": _spec_str(spec, "RunDuration"), "Namespace": spec_ns, "Node": _spec_str(spec, "Node"),
-        "AuthoritativePod": _spec_str(spec, "AuthoritativePod"), "uuid": _spec_str(spec, "uuid"),
+        "AuthoritativePod": _spec_str(spec, "AuthoritativePod"), "uuid": valid_text(shown_uuid(obj)),
     }
     lines = [f"    {go_json_string(key)}: {{", f'      "OK": {"true" if ok else "false"},']
     if errors is None:

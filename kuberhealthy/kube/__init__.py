@@ -1,8 +1,35 @@
 """Everything that talks to the Kubernetes API. The only package that imports `kubernetes`."""
 from kuberhealthy.kube.client import Kube, Obj
+from kuberhealthy.kube.protocols import Api, Cache
 from kuberhealthy.kube.reflector import Reflector, key_of
-from kuberhealthy.kube.resources import KHCHECKS, KHJOBS, KHSTATES, LEASES, PODS, Resource, Resources
+from kuberhealthy.kube.resources import (
+    EVENTS,
+    KHCHECKS,
+    KHJOBS,
+    KHSTATES,
+    LEASES,
+    PODS,
+    TOKENREVIEWS,
+    Resource,
+    Resources,
+)
 from kuberhealthy.notify import Notifier
 
-__all__ = ["KHCHECKS", "KHJOBS", "KHSTATES", "LEASES", "PODS", "Kube", "Notifier", "Obj", "Reflector",
-           "Resource", "Resources", "key_of"]
+__all__ = [
+    "EVENTS",
+    "KHCHECKS",
+    "KHJOBS",
+    "KHSTATES",
+    "LEASES",
+    "PODS",
+    "TOKENREVIEWS",
+    "Api",
+    "Cache",
+    "Kube",
+    "Notifier",
+    "Obj",
+    "Reflector",
+    "Resource",
+    "Resources",
+    "key_of",
+]

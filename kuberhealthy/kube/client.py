@@ -42,12 +42,12 @@ def load_api_client(kubeconfig: str | None = None) -> Any:
     cfg = k8s_client.Configuration()
     try:
         if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
-            k8s_config.load_incluster_config(client_configuration=cfg)
+            k8s_config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
         else:
-            k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
+            k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)  # type: ignore[no-untyped-call]
     except (ConfigException, FileNotFoundError, OSError) as e:
         where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
-        raise ConfigError("KUBECONFIG", f"no usable Kubernetes configuration ({where}): {e}") from None
+        raise ConfigError("KUBECONFIG", f"no usable Kubernetes configuration ({where}): {e}") from e
     if not cfg.verify_ssl:
         urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
     # Many threads share one pool: size it for the watches plus concurrent runs and handlers.
@@ -100,13 +100,19 @@ class Kube:
             return self._api.call_api(method, url, header_params=hdrs, body=ser_body, _request_timeout=timeout)
         except ApiException as e:
             raise _status_error(int(e.status or 0), (e.body or "").encode()
-                                if isinstance(e.body, str) else (e.body or b"")) from None
+                                if isinstance(e.body, str) else (e.body or b"")) from e
         except (urllib3.exceptions.HTTPError, OSError) as e:
-            raise Unreachable(f"{method} {path}: {e}") from None
+            raise Unreachable(f"{method} {path}: {e}") from e
 
     def request(self, method: str, path: str, *, query: Mapping[str, Any] | None = None, body: Any = None,
                 content_type: str | None = None, timeout: float = READ_TIMEOUT) -> Any:
         """One request; returns the decoded JSON body (None when empty). Raises ApiError subclasses."""
+        data = self.request_bytes(method, path, query=query, body=body, content_type=content_type, timeout=timeout)
+        return json.loads(data) if data else None
+
+    def request_bytes(self, method: str, path: str, *, query: Mapping[str, Any] | None = None, body: Any = None,
+                      content_type: str | None = None, timeout: float = READ_TIMEOUT) -> bytes:
+        """One request; returns the raw body (a pod's log is text, not JSON). Raises ApiError subclasses."""
         started = time.monotonic()
         if not self._slots.acquire(timeout=timeout):
             raise Unreachable(f"{method} {path}: no free connection within {timeout:.1f}s (API server slow)")
@@ -121,7 +127,7 @@ class Kube:
             self._slots.release()
         if resp.status >= 400:
             raise _status_error(resp.status, data)
-        return json.loads(data) if data else None
+        return bytes(data or b"")
 
     def open_stream(self, path: str, query: Mapping[str, Any], read_timeout: float) -> Any:
         """Start a streaming GET (a watch). Returns the raw urllib3 response; see iter_lines()."""

@@ -39,13 +39,13 @@ from typing import Any
 
 from kuberhealthy.errors import ApiError, Gone, KuberhealthyError
 from kuberhealthy.kube.client import Kube, Obj
+from kuberhealthy.kube.protocols import Listener
 from kuberhealthy.kube.resources import Resource, Resources
 from kuberhealthy.notify import Notifier, Topic
 from kuberhealthy.threads import BackgroundThread
 
 logger = logging.getLogger(__name__)
 
-Listener = Callable[[str, Obj, "Obj | None"], None]  # (event type, object, previous object)
 Indexer = Callable[[Obj], list[str]]
 Transform = Callable[[Obj], Obj]
 

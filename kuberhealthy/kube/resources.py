@@ -52,6 +52,8 @@ KHSTATES = Resource("khstates", GROUP)
 KHJOBS = Resource("khjobs", GROUP)
 PODS = Resource("pods")
 LEASES = Resource("leases", "coordination.k8s.io")
+EVENTS = Resource("events")
+TOKENREVIEWS = Resource("tokenreviews", "authentication.k8s.io", namespaced=False)
 
 
 class Resources:
@@ -80,16 +82,48 @@ class Resources:
                 return items, str(meta.get("resourceVersion") or "")
             query["continue"] = meta["continue"]
 
-    def create(self, res: Resource, namespace: str, body: Obj, timeout: float = READ_TIMEOUT) -> Obj:
-        return dict(self.kube.request("POST", res.path(namespace), body=body, timeout=timeout))
+    def create(self, res: Resource, namespace: str, body: Obj, timeout: float = READ_TIMEOUT,
+               dry_run: bool = False) -> Obj:
+        """POST; with `dry_run` the API server validates (and prunes, defaults) but stores nothing."""
+        query = {"dryRun": "All"} if dry_run else None
+        return dict(self.kube.request("POST", res.path(namespace), query=query, body=body, timeout=timeout))
 
     def replace(self, res: Resource, namespace: str, name: str, body: Obj, timeout: float = READ_TIMEOUT) -> Obj:
         """PUT with the body's resourceVersion: Conflict when someone wrote in between."""
         return dict(self.kube.request("PUT", res.path(namespace, name), body=body, timeout=timeout))
 
-    def merge_patch(self, res: Resource, namespace: str, name: str, patch: Obj) -> Obj:
+    def merge_patch(self, res: Resource, namespace: str, name: str, patch: Obj, timeout: float = READ_TIMEOUT) -> Obj:
         return dict(self.kube.request("PATCH", res.path(namespace, name), body=patch,
-                                      content_type="application/merge-patch+json"))
+                                      content_type="application/merge-patch+json", timeout=timeout))
+
+    # --- Events (events.EventsAPI) and pod logs -------------------------------------------------------
+
+    def create_event(self, namespace: str, body: Obj, timeout: float = READ_TIMEOUT) -> Obj:
+        return self.create(EVENTS, namespace, body, timeout=timeout)
+
+    def patch_event(self, namespace: str, name: str, body: Obj, timeout: float = READ_TIMEOUT) -> Obj:
+        return self.merge_patch(EVENTS, namespace, name, body, timeout=timeout)
+
+    def pod_log(self, namespace: str, name: str, container: str | None = None, tail_lines: int = 40,
+                limit_bytes: int = 16384, timeout: float = READ_TIMEOUT) -> str:
+        """The end of a container's log: its last `tail_lines` lines, or fewer of the last ones when those
+        do not fit in `limit_bytes` (pods/log: the API server reads it from the node's kubelet).
+
+        The kubelet counts limitBytes from the start of the tail, so when the last `tail_lines` lines are
+        longer than `limit_bytes` it answers with their beginning, cut mid-line, and not the log's end. An
+        answer that fills `limit_bytes` is asked for again with half the lines, until one fits or a
+        single line is left: a few requests at most, all of them within `timeout`."""
+        deadline = time.monotonic() + timeout
+        lines = tail_lines
+        while True:
+            query: dict[str, str | int] = {"tailLines": lines, "limitBytes": limit_bytes}
+            if container:
+                query["container"] = container
+            data = self.kube.request_bytes("GET", PODS.path(namespace, name, "log"), query=query,
+                                           timeout=max(0.1, deadline - time.monotonic()))
+            if len(data) < limit_bytes or lines <= 1 or deadline - time.monotonic() < 0.1:
+                return data.decode("utf-8", "replace")
+            lines //= 2
 
     def delete(self, res: Resource, namespace: str, name: str, grace_seconds: int | None = None,
                uid: str | None = None, timeout: float = READ_TIMEOUT) -> bool:
@@ -133,7 +167,8 @@ class Resources:
                           mutate: Callable[[Obj | None], Obj | None],
                           stop: threading.Event | None = None, attempts: int = 8,
                           hint: Obj | None = None, timeout: float = READ_TIMEOUT,
-                          deadline: float | None = None) -> Obj | None:
+                          deadline: float | None = None,
+                          clock: Callable[[], float] = time.monotonic) -> Obj | None:
         """Read-modify-write with optimistic concurrency.
 
         `mutate` gets the current object (None if missing) and returns the object to write (a fresh
@@ -143,7 +178,7 @@ class Resources:
         `hint` is a copy of the object from a watch cache: the first attempt starts from it instead
         of a GET (its resourceVersion makes a stale hint a harmless 409 and a re-read).
 
-        Each request waits at most `timeout` seconds, and none starts after the monotonic `deadline`.
+        Each request waits at most `timeout` seconds, and none starts after `deadline` (on `clock`).
         Errors other than 409 are raised to the caller, which knows whether a retry makes sense.
         """
         waiter = stop or threading.Event()
@@ -152,7 +187,7 @@ class Resources:
         def budget() -> float:
             if deadline is None:
                 return timeout
-            left = deadline - time.monotonic()
+            left = deadline - clock()
             if left <= 0:
                 raise Unreachable(f"gave up writing {res.plural} {namespace}/{name}: out of time")
             return min(timeout, max(0.2, left))

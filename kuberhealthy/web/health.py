@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from flask import Blueprint, Response
 
-from kuberhealthy.web import context, plain
+from kuberhealthy.web.context import context, plain
 
 bp = Blueprint("health", __name__)
 

@@ -3,7 +3,9 @@
 Both are served from the khstate cache: the page bytes are prepared by state.StatusCache when the cache
 changes, so a request costs a lookup, not a render (a `?namespace=` filter renders from the prepared
 per-check fragments). As in v2, `/` answers 200 even when checks fail, and refuses a request that
-carries a body: that is a checker reporting to the wrong URL.
+carries a body: that is a checker reporting to the wrong URL. With `dashboardAtRoot` on, `/` also
+serves the dashboard (web/dashpage.py) to a GET whose Accept ranks text/html above application/json,
+and says `Vary: Accept`; every other request, and `?format=json`, still gets the JSON.
 """
 from __future__ import annotations
 
@@ -12,7 +14,8 @@ import logging
 from flask import Blueprint, Response, request
 from prometheus_client.exposition import choose_encoder
 
-from kuberhealthy.web import context, plain
+from kuberhealthy.web import dashpage
+from kuberhealthy.web.context import context, plain, requested_namespaces
 
 logger = logging.getLogger(__name__)
 
@@ -32,11 +35,6 @@ def request_has_body() -> bool:
     return False
 
 
-def requested_namespaces(raw: str) -> list[str]:
-    """`?namespace=a,b`: empty items (`?namespace=,`) are ignored, as in v2."""
-    return [n for n in raw.split(",") if n]
-
-
 @bp.route("/", methods=STATUS_METHODS)
 def status_page() -> Response:
     if request_has_body():
@@ -44,10 +42,18 @@ def status_page() -> Response:
                        "wrong URL?", request.remote_addr, request.full_path)
         return plain(400, WRONG_URL)
     ctx = context()
-    raw = request.args.get("namespace", "")
-    namespaces = requested_namespaces(raw) if raw else None
-    page = ctx.status.page(ctx.services.current_master(), namespaces)
-    return Response(page, content_type="application/json")
+    negotiate = ctx.services.config.dashboard_at_root  # off by default: `/` is the v2 JSON for everyone
+    if (negotiate and request.method in ("GET", "HEAD") and request.args.get("format") != "json"
+            and dashpage.prefers_html(request.accept_mimetypes)):
+        resp = dashpage.overview()
+    else:
+        raw = request.args.get("namespace", "")
+        namespaces = requested_namespaces(raw) if raw else None
+        page = ctx.status.page(ctx.services.current_master(), namespaces)
+        resp = Response(page, content_type="application/json")
+    if negotiate:
+        resp.vary.add("Accept")
+    return resp
 
 
 @bp.route("/metrics", methods=["GET", "HEAD"])

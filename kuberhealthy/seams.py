@@ -1,0 +1,171 @@
+"""What each part of the daemon needs from the others, as typing.Protocols.
+
+Runs, the controller, the reapers and the web app are written against these, not against the
+composition root (services.py) that happens to provide them: mypy checks every use, unit tests pass
+in-memory fakes, and no part imports services. Each protocol lists only what its part uses.
+
+    Part         a long-lived activity (threads.BackgroundThread)
+    Api, Cache   the API calls and a watch cache (kube/protocols.py; kube.Resources, kube.Reflector)
+    RunNeeds     one check run (runner.Runner)
+    ControlNeeds the controller and its workers
+    ReaperNeeds  the reapers
+    WebNeeds     the HTTP app
+This module holds no behaviour.
+"""
+from __future__ import annotations
+
+import builtins
+from typing import Protocol
+
+from kuberhealthy.config import Config
+from kuberhealthy.events import ObjectRef
+from kuberhealthy.heldreports import Held
+from kuberhealthy.kube import Obj
+from kuberhealthy.kube.protocols import Api, Cache
+from kuberhealthy.notify import Notifier
+from kuberhealthy.runstats import RunStats
+from kuberhealthy.threads import Deaths
+
+CacheState = tuple[str, bool, float]  # (cache, current, seconds not current)
+
+
+class Part(Protocol):
+    """A long-lived activity on its own thread (threads.BackgroundThread provides it)."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def join(self, timeout: float | None = None) -> None: ...
+
+    def supervised_by(self, deaths: Deaths) -> None: ...
+
+
+class HeldView(Protocol):
+    """Reports accepted on this replica whose khstate write waits for the API."""
+
+    def holds(self, run_uuid: str) -> bool: ...
+
+
+class EventSink(Protocol):
+    """Kubernetes Events about checks (events.EventRecorder): queued, never blocking, never raising."""
+
+    def check_failed(self, ref: ObjectRef, first_error: str) -> bool: ...
+
+    def check_recovered(self, ref: ObjectRef, failures: int = 0) -> bool: ...
+
+    def run_requested(self, ref: ObjectRef, source: str = "") -> bool: ...
+
+    def report_rejected(self, ref: ObjectRef, reason: str) -> bool: ...
+
+
+class ResultSink(Protocol):
+    """Where a finished run's result is forwarded (InfluxDB)."""
+
+    def push(self, namespace: str, name: str, ok: bool, errors: builtins.list[str], duration: float) -> None: ...
+
+
+class Basics(Protocol):
+    """What every part reads: the settings, the API, and the caches of results and checks."""
+
+    @property
+    def config(self) -> Config: ...
+
+    @property
+    def resources(self) -> Api: ...
+
+    @property
+    def pods(self) -> Cache: ...
+
+    @property
+    def khstates(self) -> Cache: ...
+
+    @property
+    def khchecks(self) -> Cache: ...
+
+    @property
+    def khjobs(self) -> Cache: ...
+
+
+class RunNeeds(Protocol):
+    """What one check run uses (not the khcheck and khjob caches: a run knows its check)."""
+
+    @property
+    def config(self) -> Config: ...
+
+    @property
+    def resources(self) -> Api: ...
+
+    @property
+    def pods(self) -> Cache: ...
+
+    @property
+    def khstates(self) -> Cache: ...
+
+    @property
+    def notifier(self) -> Notifier: ...
+
+    @property
+    def held(self) -> HeldView: ...
+
+    @property
+    def stats(self) -> RunStats: ...
+
+    # checker pod uids already reported stuck Terminating
+    @property
+    def stuck_terminating(self) -> set[str]: ...
+
+    @property
+    def influx(self) -> ResultSink | None: ...
+
+    @property
+    def events(self) -> EventSink: ...
+
+    def owner_reference(self, namespace: str) -> Obj | None: ...
+
+
+class ControlNeeds(RunNeeds, Basics, Protocol):
+    """What the controller and its workers use, beyond a run's needs."""
+
+    @property
+    def deaths(self) -> Deaths: ...
+
+    def wait_synced(self, timeout: float) -> bool: ...
+
+
+class ReaperNeeds(Basics, Protocol):
+    """What the reapers use: they decide from the caches and delete through the API."""
+
+
+class WebNeeds(Basics, Protocol):
+    """What the HTTP app reads and calls."""
+
+    @property
+    def notifier(self) -> Notifier: ...
+
+    @property
+    def stats(self) -> RunStats: ...
+
+    @property
+    def held(self) -> HeldWriter: ...
+
+    @property
+    def events(self) -> EventSink: ...
+
+    def current_master(self) -> str: ...
+
+    def cache_status(self) -> builtins.list[CacheState]: ...
+
+    def influx_points_dropped(self) -> int: ...
+
+    def ready(self) -> bool: ...
+
+    def read_checker_pods(self, run_uuid: str | None, ip: str | None, timeout: float) -> builtins.list[Obj]: ...
+
+    def read_checker_pod(self, namespace: str, name: str, timeout: float) -> Obj | None: ...
+
+    def read_khstate(self, namespace: str, name: str, timeout: float) -> Obj | None: ...
+
+
+class HeldWriter(HeldView, Protocol):
+    def add(self, report: Held) -> bool: ...
