@@ -2,7 +2,8 @@
 import runpy
 import sys
 
-for module in ("bench.run_bench", "bench.web_bench", "bench.takeover_bench", "bench.cache_bench"):
+for module in ("bench.run_bench", "bench.web_bench", "bench.takeover_bench", "bench.cache_bench",
+               "bench.dashboard_bench"):
     print(f"\n=== {module}", flush=True)
     try:
         runpy.run_module(module, run_name="__main__")

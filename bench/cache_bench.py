@@ -19,9 +19,11 @@ from typing import Any
 from kuberhealthy.checkpod import build_pod, slim_pod
 from kuberhealthy.checks import CheckSpec
 from kuberhealthy.kube.reflector import drop_managed_fields
-from tests.harness.cluster import cleanup, start_cluster
-from tests.harness.crds import install_crds
-from tests.sim.kubelet import SimKubelet
+from testbed.builders import pods_path
+from testbed.cluster import cleanup, start_cluster
+from testbed.crds import install_crds
+from testbed.objects import create_namespace
+from testbed.sim.kubelet import SimKubelet
 
 POD_SPEC: dict[str, Any] = {
     "serviceAccountName": "deployment-sa",
@@ -56,20 +58,18 @@ def main() -> None:
     cluster = start_cluster()
     try:
         install_crds(cluster)
-        ns = "bench-" + uuid.uuid4().hex[:6]
-        cluster.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
-                                                         "metadata": {"name": ns}})
+        ns = create_namespace(cluster, "bench")
         check = CheckSpec.of({"metadata": {"namespace": ns, "name": "deployment"},
                               "spec": {"runInterval": "10m", "timeout": "15m", "podSpec": POD_SPEC,
                                        "extraLabels": {"team": "sre"}}})
         with SimKubelet(str(cluster.kubeconfig), nodes=1, namespace=ns):
             body = build_pod(check, str(uuid.uuid4()), time.time(), "http://127.0.0.1:9/externalCheckStatus")
-            cluster.request("POST", f"/api/v1/namespaces/{ns}/pods", body)
+            cluster.request("POST", pods_path(ns), body)
             name = body["metadata"]["name"]
             deadline = time.monotonic() + 30
             pod: dict[str, Any] = {}
             while time.monotonic() < deadline:
-                pod = cluster.request("GET", f"/api/v1/namespaces/{ns}/pods/{name}")
+                pod = cluster.request("GET", pods_path(ns, name))
                 if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
                     break
                 time.sleep(0.2)

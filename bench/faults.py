@@ -41,7 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.harness.faults import (
+from testbed.faults import (
     BedSettings,
     FaultBed,
     fault_api_freeze,
@@ -51,7 +51,7 @@ from tests.harness.faults import (
     fault_leader_kill,
     fault_proxy_stall,
 )
-from tests.harness.verdict import Outcome, evaluate
+from testbed.verdict import Outcome, evaluate
 
 
 @dataclass(frozen=True)

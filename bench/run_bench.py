@@ -14,16 +14,15 @@ import argparse
 import statistics
 import threading
 import time
-import uuid
 from collections import Counter
 
-from kuberhealthy.checks import CheckSpec
 from kuberhealthy.kube.client import USER_AGENT
 from kuberhealthy.runner import Outcome, Runner
-from tests.harness.cluster import cleanup, start_cluster
-from tests.harness.crds import install_crds
-from tests.harness.daemon import InProcessDaemon
-from tests.sim.kubelet import SimKubelet
+from testbed.cluster import cleanup, start_cluster
+from testbed.crds import install_crds
+from testbed.inprocess import InProcessDaemon, check_spec
+from testbed.objects import create_namespace
+from testbed.sim.kubelet import SimKubelet
 
 
 def pct(values: list[float], p: float) -> float:
@@ -39,14 +38,10 @@ def main() -> None:
     cluster = start_cluster()
     try:
         install_crds(cluster)
-        ns = "bench-" + uuid.uuid4().hex[:6]
-        cluster.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
-                                                         "metadata": {"name": ns}})
+        ns = create_namespace(cluster, "bench")
         kubelet = SimKubelet(str(cluster.kubeconfig), nodes=3, namespace=ns).start()
         daemon = InProcessDaemon(cluster, ns).start()
-        check = CheckSpec.of({"metadata": {"namespace": ns, "name": "bench"}, "spec": {
-            "runInterval": "1h", "timeout": "30s", "podSpec": {"containers": [
-                {"name": "main", "image": "kh-sim/slow", "env": [{"name": "SIM_DELAY", "value": str(args.delay)}]}]}}})
+        check = check_spec(ns, "kh-sim/slow", timeout="30s", env={"SIM_DELAY": str(args.delay)}, name="bench")
         Runner(daemon.services, check, threading.Event()).run()  # warm-up: creates the khstate, fills pools
         offset = cluster.audit_offset()
         t_start = time.monotonic()

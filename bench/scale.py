@@ -1,7 +1,7 @@
 """`make scale`: one daemon running N checks for several intervals; a table, and targets at 1,000 checks.
 
 For each N (default 250, 1000, 2000), on a fresh test bed (real kube-apiserver + etcd): the simulated
-kubelet in its own process (tests/sim/serve.py, max(3, N/100) nodes), N khchecks whose checker reports
+kubelet in its own process (testbed/sim/serve.py, max(3, N/100) nodes), N khchecks whose checker reports
 OK after SIM_DELAY s (`kh-sim/ok`; runInterval = --interval, timeout 30 s), and ONE daemon as a real
 process (gunicorn, enableForceMaster, targetNamespace, reporting to its own /externalCheckStatus,
 logLevel info). The first interval is warm-up: the measured window starts once every check has
@@ -55,7 +55,6 @@ import subprocess
 import sys
 import time
 import urllib.error
-import uuid
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -88,11 +87,15 @@ from bench.scalereport import (
     sim_figures,
     targets,
 )
-from tests.harness.cluster import ADMIN_TOKEN, REPO, TestCluster, start_cluster
-from tests.harness.crds import install_crds
-from tests.harness.daemon import DaemonProcess
+from testbed.builders import khc, khcheck, khs, pods_path
+from testbed.cluster import ADMIN_TOKEN, TestCluster, start_cluster
+from testbed.crds import install_crds
+from testbed.daemon import DaemonProcess
+from testbed.objects import create_namespace
+from testbed.paths import REPO
+from testbed.procs import end_group
+from testbed.rawhttp import request
 
-GROUP = "/apis/comcast.github.io/v1"
 HOST = "127.0.0.1"
 DAEMON_AGENT = "kuberhealthy/"
 SIM_AGENT = "kh-sim-kubelet"
@@ -104,32 +107,22 @@ logger = logging.getLogger("bench.scale")
 
 # --- set-up --------------------------------------------------------------------------------------------
 
-def khcheck(i: int, args: argparse.Namespace) -> dict[str, Any]:
-    return {"apiVersion": "comcast.github.io/v1", "kind": "KuberhealthyCheck",
-            "metadata": {"name": f"scale-{i:04d}"},
-            "spec": {"runInterval": f"{args.interval:g}s", "timeout": f"{args.timeout:g}s",
-                     "podSpec": {"containers": [{"name": "main", "image": args.image,
-                                                 "env": [{"name": "SIM_DELAY", "value": f"{args.delay:g}"}]}]}}}
+def scale_check(i: int, args: argparse.Namespace) -> dict[str, Any]:
+    return khcheck(f"scale-{i:04d}", args.image, interval=f"{args.interval:g}s", timeout=f"{args.timeout:g}s",
+                   env={"SIM_DELAY": f"{args.delay:g}"})
 
 
 def create_checks(cluster: TestCluster, ns: str, args: argparse.Namespace) -> None:
-    path = f"{GROUP}/namespaces/{ns}/khchecks"
     with ThreadPoolExecutor(max_workers=8, thread_name_prefix="create") as pool:
-        for f in [pool.submit(cluster.request, "POST", path, khcheck(i, args)) for i in range(args.n)]:
+        for f in [pool.submit(cluster.request, "POST", khc(ns), scale_check(i, args)) for i in range(args.n)]:
             f.result()
 
 
 def http_ok(port: int, path: str, timeout: float = 5.0) -> bool:
-    conn = http.client.HTTPConnection(HOST, port, timeout=timeout)
     try:
-        conn.request("GET", path)
-        resp = conn.getresponse()
-        resp.read()
-        return resp.status == 200
+        return request(port, "GET", path, timeout=timeout).status == 200
     except (OSError, http.client.HTTPException):
         return False
-    finally:
-        conn.close()
 
 
 def wait_until(fn: Callable[[], bool], timeout: float, alive: Callable[[], str | None] = lambda: None,
@@ -148,13 +141,13 @@ def wait_until(fn: Callable[[], bool], timeout: float, alive: Callable[[], str |
 
 
 class SimProcess:
-    """`python -m tests.sim.serve` as a child process; its stats file is read after SIGTERM."""
+    """`python -m testbed.sim.serve` as a child process; its stats file is read after SIGTERM."""
 
     def __init__(self, cluster: TestCluster, ns: str, nodes: int, outdir: Path) -> None:
         self.stats_file = outdir / "sim-stats.json"
         self.ready_file = outdir / "sim.ready"
         self.log_path = outdir / "sim.log"
-        self.argv = [sys.executable, "-m", "tests.sim.serve", "--kubeconfig", str(cluster.kubeconfig),
+        self.argv = [sys.executable, "-m", "testbed.sim.serve", "--kubeconfig", str(cluster.kubeconfig),
                      "--namespace", ns, "--nodes", str(nodes), "--stats-file", str(self.stats_file),
                      "--ready-file", str(self.ready_file)]
         self.proc: subprocess.Popen[bytes] | None = None
@@ -179,13 +172,8 @@ class SimProcess:
 
     def stop(self, timeout: float = 90.0) -> dict[str, Any] | None:
         """SIGTERM, wait (bounded), SIGKILL if need be; the stats it wrote (final or not), or None."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
+        if self.proc is not None:
+            end_group(self.proc, grace=timeout)
         try:
             return dict(json.loads(self.stats_file.read_text()))
         except (OSError, ValueError):
@@ -229,16 +217,12 @@ def measure(args: argparse.Namespace, outdir: Path) -> dict[str, Any]:
     pods, states = PodLog(), StateLog()
     try:
         install_crds(cluster)
-        ns = "scale-" + uuid.uuid4().hex[:6]
-        cluster.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
-                                                         "metadata": {"name": ns}})
+        ns = create_namespace(cluster, "scale")
         nodes = max(3, n // 100)
         sim = SimProcess(cluster, ns, nodes, outdir).start()
         say(f"test bed up; simulated kubelet pid {sim.pid} with {nodes} nodes")
-        watches = [ApiWatch(cluster.server, ADMIN_TOKEN, f"/api/v1/namespaces/{ns}/pods", pods.on_event,
-                            "watch-pods").start(),
-                   ApiWatch(cluster.server, ADMIN_TOKEN, f"{GROUP}/namespaces/{ns}/khstates", states.on_event,
-                            "watch-khstates").start()]
+        watches = [ApiWatch(cluster.server, ADMIN_TOKEN, pods_path(ns), pods.on_event, "watch-pods").start(),
+                   ApiWatch(cluster.server, ADMIN_TOKEN, khs(ns), states.on_event, "watch-khstates").start()]
         if not all(w.synced.wait(30) for w in watches):
             raise RuntimeError("harness watches did not sync within 30s")
         t = time.monotonic()
@@ -246,7 +230,6 @@ def measure(args: argparse.Namespace, outdir: Path) -> dict[str, Any]:
         say(f"{n} khchecks created in {time.monotonic() - t:.1f}s")
         daemon = DaemonProcess(cluster, outdir, "kuberhealthy-scale-0", ns, {
             "enableForceMaster": True, "targetNamespace": ns, "logLevel": args.log_level})
-        daemon.set_reporting_url(f"{daemon.url}/externalCheckStatus")
         d = daemon
 
         def dead() -> str | None:
@@ -308,7 +291,7 @@ def measure(args: argparse.Namespace, outdir: Path) -> dict[str, Any]:
 
         # --- figures that need the daemon still running
         try:
-            final = cluster.request("GET", f"{GROUP}/namespaces/{ns}/khstates").get("items") or []
+            final = cluster.request("GET", khs(ns)).get("items") or []
             row["final_not_ok"] = sum(1 for s in final if not (s.get("spec") or {}).get("OK", False))
             row["final_khstates"] = len(final)
         except (urllib.error.URLError, OSError, ValueError) as e:

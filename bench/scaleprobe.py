@@ -31,6 +31,8 @@ import urllib3
 from kubernetes.watch.watch import iter_resp_lines
 from prometheus_client.parser import text_string_to_metric_families
 
+from testbed.sim.api import OpenStream
+
 logger = logging.getLogger(__name__)
 
 HARNESS_UA = "kh-scale-bench"
@@ -76,8 +78,7 @@ class ApiWatch:
         self.restarts = 0  # watch requests that ended in an error (each resumed)
         self.relists = 0
         self._rv = ""
-        self._resp: Any = None
-        self._lock = threading.Lock()
+        self._stream = OpenStream()
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
 
     def start(self) -> ApiWatch:
@@ -86,13 +87,7 @@ class ApiWatch:
 
     def stop(self) -> None:
         self._stop.set()
-        with self._lock:
-            resp = self._resp
-        if resp is not None:
-            try:
-                resp.shutdown()
-            except (OSError, ValueError, RuntimeError):
-                pass
+        self._stream.cut()
         self._thread.join(15)
         self._http.clear()
 
@@ -127,8 +122,7 @@ class ApiWatch:
                                         "allowWatchBookmarks": "true", "timeoutSeconds": WATCH_SECONDS})
         resp = self._http.request("GET", f"{self.url}?{query}", headers=self._headers, preload_content=False,
                                   timeout=urllib3.Timeout(connect=5, read=WATCH_SECONDS + 15))
-        with self._lock:
-            self._resp = resp
+        self._stream.set(resp)
         try:
             if resp.status != 200:
                 raise RuntimeError(f"watch answered {resp.status}")
@@ -150,8 +144,7 @@ class ApiWatch:
             if not self._stop.is_set():
                 raise
         finally:
-            with self._lock:
-                self._resp = None
+            self._stream.set(None)
             resp.release_conn()
 
 

@@ -13,22 +13,19 @@ import argparse
 import signal
 import tempfile
 import time
-import urllib.error
-import uuid
 from pathlib import Path
 from typing import Any
 
-from tests.harness.cluster import TestCluster, cleanup, start_cluster
-from tests.harness.crds import install_crds
-from tests.harness.daemon import DaemonProcess
-from tests.sim.kubelet import SimKubelet
+from testbed.builders import CHECK_LABEL, khc, khcheck, khs, lease_path, pods_path
+from testbed.cluster import TestCluster, cleanup, start_cluster
+from testbed.crds import install_crds
+from testbed.daemon import DaemonProcess
+from testbed.objects import create_namespace, get_or_none
+from testbed.sim.kubelet import SimKubelet
 
 
 def get(cluster: TestCluster, path: str) -> dict[str, Any]:
-    try:
-        return dict(cluster.request("GET", path))
-    except urllib.error.HTTPError:
-        return {}
+    return dict(get_or_none(cluster, path) or {})
 
 
 def poll(fn: Any, limit: float = 120) -> float:
@@ -41,23 +38,19 @@ def poll(fn: Any, limit: float = 120) -> float:
 
 
 def scenario(cluster: TestCluster, how: str, election: dict[str, str], work: Path) -> tuple[float, float]:
-    ns = "takeover-" + uuid.uuid4().hex[:6]
-    cluster.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
-    cluster.request("POST", f"/apis/comcast.github.io/v1/namespaces/{ns}/khchecks", {
-        "apiVersion": "comcast.github.io/v1", "kind": "KuberhealthyCheck", "metadata": {"name": "pulse"},
-        "spec": {"runInterval": "1s", "timeout": "30s",
-                 "podSpec": {"containers": [{"name": "m", "image": "kh-sim/ok"}]}}})
+    ns = create_namespace(cluster, "takeover")
+    cluster.request("POST", khc(ns), khcheck("pulse", interval="1s"))
     kubelet = SimKubelet(str(cluster.kubeconfig), nodes=2, namespace=ns).start()
     b = DaemonProcess(cluster, work, f"{ns}-b", ns, {"targetNamespace": ns, "leaderElection": election})
     a = DaemonProcess(cluster, work, f"{ns}-a", ns, {"targetNamespace": ns, "leaderElection": election})
     for p in (a, b):
         p.set_reporting_url(b.url + "/externalCheckStatus")
-    lease = f"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/{election['leaseName']}"
+    lease = lease_path(ns, election["leaseName"])
     try:
         a.start()
         poll(lambda: get(cluster, lease).get("spec", {}).get("holderIdentity") == a.name)
         b.start()
-        state = f"/apis/comcast.github.io/v1/namespaces/{ns}/khstates/pulse"
+        state = khs(ns, "pulse")
         poll(lambda: get(cluster, state).get("spec", {}).get("AuthoritativePod") == a.name)
         time.sleep(2)  # b's caches are synced and it is contending
         t0 = time.monotonic()
@@ -66,7 +59,7 @@ def scenario(cluster: TestCluster, how: str, election: dict[str, str], work: Pat
         else:
             a.signal(signal.SIGTERM)
         t_lease = poll(lambda: get(cluster, lease).get("spec", {}).get("holderIdentity") == b.name)
-        pods = f"/api/v1/namespaces/{ns}/pods?labelSelector=kuberhealthy-check-name%3Dpulse"
+        pods = pods_path(ns) + f"?labelSelector={CHECK_LABEL}%3Dpulse"
         seen = {p["metadata"]["name"] for p in get(cluster, pods).get("items", [])}
         t_pod = poll(lambda: any(p["metadata"]["name"] not in seen for p in get(cluster, pods).get("items", [])))
         return t_lease - t0, t_pod - t0

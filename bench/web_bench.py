@@ -8,7 +8,11 @@
    (target >= 0.8), p50/p99 latency at C concurrent keep-alive clients (default 50), and the server
    process's CPU use (near 100% means the server, not the client, was the limit). The cache is fed
    from dicts here; no API server.
-2. Validated reports per second (target >= 300/s): a real API server (tests/harness), K checker pods
+2. `GET /api/checks` with N checks (default 1,000), each with a full history (24 entries): requests/s
+   and p99 at C concurrent keep-alive clients (default 20), our app under gunicorn as above over caches
+   fed from dicts. The entries' JSON is prepared by checkview.ViewCache when the caches change, so a
+   request joins prepared bytes; the figure says what that costs at the page's real size.
+3. Validated reports per second (target >= 300/s): a real API server (testbed/), K checker pods
    created through it and set Running with their own loopback IPs, our app in gunicorn with real
    services; each client reports for its own pod from the pod's address (half by header, half by IP),
    so every report is looked up in the pod cache and stored through the API server.
@@ -34,10 +38,20 @@ from typing import Any
 from flask import Flask, Response
 from gunicorn.app.base import BaseApplication
 
+import kuberhealthy.config
+from kuberhealthy.history import RunRecord, apply_run
+from kuberhealthy.kube import Kube, Notifier
+from kuberhealthy.runstats import RunStats
 from kuberhealthy.server import HTTP_THREADS
+from kuberhealthy.services import Services
+from kuberhealthy.web import create_app
+from testbed.builders import checker_pod, khs, khstate, pods_path
+from testbed.cluster import cleanup, start_cluster
+from testbed.crds import install_crds
+from testbed.loopback import free_port, pod_ip
+from testbed.objects import create_namespace, set_pod_status
 
 HOST = "127.0.0.1"
-GROUP = "/apis/comcast.github.io/v1"
 
 
 # --- servers (run in a child process: `python -m bench.web_bench --serve KIND ...`) -------------------
@@ -77,20 +91,29 @@ class StaticStore:
 
 
 class StubServices:
-    """Just what create_app reads, over static stores."""
+    """Just what create_app reads, over static stores (`history` entries per khstate, and a khcheck each)."""
 
-    def __init__(self, checks: int) -> None:
-        import kuberhealthy.config
-        from kuberhealthy.kube import Notifier
+    def __init__(self, checks: int, history: int = 0) -> None:
         self.config = kuberhealthy.config.from_mapping({}, {"POD_NAME": "kh-bench-0"})
-        self.khstates = StaticStore(fake_khstates(checks))
+        states = fake_khstates(checks)
+        if history:
+            add_history(states, history)
+        self.khstates = StaticStore(states)
+        self.khchecks = StaticStore(fake_khchecks(states) if history else [])
         self.khjobs = StaticStore([])
         self.pods = StaticStore([])
         self.notifier = Notifier()
+        self.stats = RunStats()
         self.resources = None
 
     def current_master(self) -> str:
         return "kh-bench-0"
+
+    def cache_status(self) -> list[tuple[str, bool, float]]:
+        return []
+
+    def influx_points_dropped(self) -> int:
+        return 0
 
     def ready(self) -> bool:
         return True
@@ -109,10 +132,37 @@ def fake_khstates(n: int) -> list[dict[str, Any]]:
     return out
 
 
-def ours_factory(checks: int) -> Callable[[], Any]:
+def add_history(states: list[dict[str, Any]], entries: int) -> None:
+    """`entries` runs of history on each khstate (one failure in five, with an error and a log tail)."""
+    now = time.time()
+    made: dict[bool, dict[str, Any]] = {}
+    for failing in (False, True):
+        spec: dict[str, Any] = {}
+        for i in range(entries):
+            start = now - (entries - i) * 600
+            if failing and i % 5 == 4:
+                record = RunRecord.failed(str(uuid.UUID(int=i)), start, 2.5, "node-1", f"check-pod-{i}",
+                                          "timed out waiting for checker pod to report in",
+                                          [f"Check execution error: run {i} timed out"], logs="line\n" * 40)
+            else:
+                record = RunRecord.reported(str(uuid.UUID(int=i)), start, 1.2, "node-1", f"check-pod-{i}",
+                                            {"OK": True, "Errors": []})
+            spec.update(apply_run(spec, record, entries, start + 2))
+        made[failing] = spec
+    for state in states:
+        state["spec"].update(json.loads(json.dumps(made[not state["spec"]["OK"]])))
+
+
+def fake_khchecks(states: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{"metadata": {"namespace": s["metadata"]["namespace"], "name": s["metadata"]["name"],
+                          "resourceVersion": s["metadata"]["resourceVersion"], "uid": str(uuid.uuid4())},
+             "spec": {"runInterval": "10m", "timeout": "1m",
+                      "podSpec": {"containers": [{"name": "main", "image": "kh-sim/ok"}]}}} for s in states]
+
+
+def ours_factory(checks: int, history: int = 0) -> Callable[[], Any]:
     def make() -> Any:
-        from kuberhealthy.web import create_app
-        return create_app(StubServices(checks))  # type: ignore[arg-type]
+        return create_app(StubServices(checks, history))  # type: ignore[arg-type]
     return make
 
 
@@ -130,10 +180,6 @@ def bare_factory(page_file: str) -> Callable[[], Any]:
 
 def reports_factory(kubeconfig: str, namespace: str) -> Callable[[], Any]:
     def make() -> Any:
-        import kuberhealthy.config
-        from kuberhealthy.kube import Kube
-        from kuberhealthy.services import Services
-        from kuberhealthy.web import create_app
         config = kuberhealthy.config.from_mapping({"targetNamespace": namespace},
                                                   {"POD_NAME": "kh-bench-0", "POD_NAMESPACE": namespace})
         services = Services(config, Kube.connect(kubeconfig))
@@ -229,13 +275,6 @@ def measure(proc: subprocess.Popen[bytes], port: int, requests: list[tuple[bytes
             "errors": sum(v for k, v in statuses.items() if k != 200)}
 
 
-def free_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
-
-
 def show(label: str, m: dict[str, float]) -> None:
     print(f"  {label:<26} {m['rps']:8.0f} req/s   p50 {m['p50']:7.1f} ms   p99 {m['p99']:7.1f} ms   "
           f"server CPU {m['cpu']:4.0f}%   non-200 {m['errors']:.0f}", flush=True)
@@ -277,36 +316,42 @@ def status_page_bench(checks: int, clients: int, seconds: float, rounds: int, th
             stop_server(bare)
 
 
+def api_checks_bench(checks: int, history: int, clients: int, seconds: float, threads: int) -> None:
+    print(f"GET /api/checks with {checks} checks x {history} history entries, {clients} keep-alive clients, "
+          f"gunicorn 1 worker gthread x{threads}, {seconds:.0f}s", flush=True)
+    port = free_port()
+    proc = start_server(["api", "--checks", str(checks), "--history", str(history), "--threads", str(threads)], port)
+    try:
+        with urllib.request.urlopen(f"http://{HOST}:{port}/api/checks", timeout=60) as r:
+            doc = json.loads(r.read())
+            size = int(r.headers["Content-Length"])
+        assert len(doc["checks"]) == checks and all(len(e["history"]) == history for e in doc["checks"])
+        print(f"  page size {size} bytes ({size / checks / 1024:.1f} KiB per check)", flush=True)
+        request = f"GET /api/checks HTTP/1.1\r\nHost: {HOST}\r\n\r\n".encode()
+        m = measure(proc, port, [(request, None)] * clients, seconds)
+        show("/api/checks", m)
+        print(f"  /api/checks: {m['rps']:.0f} requests/s, p99 {m['p99']:.1f} ms at {clients} clients "
+              f"({m['rps'] * size / 1e6:.0f} MB/s)", flush=True)
+    finally:
+        stop_server(proc)
+
+
 def reports_bench(pods: int, seconds: float, threads: int) -> None:
-    from tests.harness.cluster import cleanup, start_cluster
-    from tests.harness.crds import install_crds
     print(f"POST /externalCheckStatus: {pods} pods each reporting in a loop (half by header, half by IP), "
           f"real API server, {seconds:.0f}s", flush=True)
     cluster = start_cluster()
     proc = None
     try:
         install_crds(cluster)
-        ns = "bench-" + uuid.uuid4().hex[:6]
-        cluster.request("POST", "/api/v1/namespaces",
-                        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+        ns = create_namespace(cluster, "bench")
         reqs: list[tuple[bytes, str | None]] = []
         for i in range(pods):
-            run, name, ip = str(uuid.uuid4()), f"check-{i:03d}", f"127.0.9.{i + 1}"
-            cluster.request("POST", f"{GROUP}/namespaces/{ns}/khstates", {
-                "apiVersion": "comcast.github.io/v1", "kind": "KuberhealthyState", "metadata": {"name": name},
-                "spec": {"OK": True, "Errors": [], "RunDuration": "", "Namespace": ns, "Node": "",
-                         "AuthoritativePod": "kh-bench-0", "uuid": run}})
+            run, name, ip = str(uuid.uuid4()), f"check-{i:03d}", pod_ip()
+            cluster.request("POST", khs(ns), khstate(name, OK=True, Errors=[], RunDuration="", Namespace=ns, Node="",
+                                                     AuthoritativePod="kh-bench-0", uuid=run))
             pod = f"{name}-{i}"
-            cluster.request("POST", f"/api/v1/namespaces/{ns}/pods", {
-                "apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": pod, "labels": {"app": "kuberhealthy-check", "kuberhealthy-run-id": run,
-                                                     "kuberhealthy-check-name": name},
-                             "annotations": {"comcast.github.io/check-name": name}},
-                "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "kh-sim/ok",
-                                                                    "env": [{"name": "KH_RUN_UUID", "value": run}]}]}})
-            cluster.request("PATCH", f"/api/v1/namespaces/{ns}/pods/{pod}/status",
-                            {"status": {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}]}},
-                            content_type="application/merge-patch+json")
+            cluster.request("POST", pods_path(ns), checker_pod(pod, name, run))
+            set_pod_status(cluster, ns, pod, "Running", ip)
             body = json.dumps({"OK": False, "Errors": [f"bench failure {i}"]} if i % 3 == 0
                               else {"OK": True, "Errors": []}).encode()
             header = f"kh-run-uuid: {run}\r\n" if i % 2 == 0 else ""
@@ -331,7 +376,7 @@ def reports_bench(pods: int, seconds: float, threads: int) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    p.add_argument("--serve", choices=["ours", "bare", "reports"], help=argparse.SUPPRESS)
+    p.add_argument("--serve", choices=["ours", "bare", "reports", "api"], help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--page", help=argparse.SUPPRESS)
     p.add_argument("--kubeconfig", help=argparse.SUPPRESS)
@@ -342,16 +387,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=2, help="alternating bare/ours rounds (default 2)")
     p.add_argument("--threads", type=int, default=HTTP_THREADS, help=f"gthread threads (default {HTTP_THREADS})")
     p.add_argument("--pods", type=int, default=50, help="reporting pods for the reports bench (default 50)")
+    p.add_argument("--history", type=int, default=24, help="history entries per check for /api/checks (default 24)")
+    p.add_argument("--api-clients", type=int, default=20, help="clients for the /api/checks bench (default 20)")
     p.add_argument("--skip-reports", action="store_true", help="only the status page bench")
     args = p.parse_args(argv)
     if args.serve == "ours":
         _Gunicorn(ours_factory(args.checks), args.port, args.threads).run()
     elif args.serve == "bare":
         _Gunicorn(bare_factory(args.page), args.port, args.threads).run()
+    elif args.serve == "api":
+        _Gunicorn(ours_factory(args.checks, args.history), args.port, args.threads).run()
     elif args.serve == "reports":
         _Gunicorn(reports_factory(args.kubeconfig, args.namespace), args.port, args.threads).run()
     else:
         status_page_bench(args.checks, args.clients, args.seconds, args.rounds, args.threads)
+        api_checks_bench(args.checks, args.history, args.api_clients, args.seconds, args.threads)
         if not args.skip_reports:
             reports_bench(args.pods, args.seconds * 2, args.threads)
     return 0

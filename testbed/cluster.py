@@ -7,10 +7,11 @@ chart's least-privilege account. The audit log (one JSON line per request) lets 
 API requests a component makes; writes to khstates are logged with their request bodies, so a fault
 scenario can see every OK/Errors the daemon wrote even across API server restarts.
 
-Fault controls (for bench/faults.py and tests/integration/test_faults.py): the API server can be
-killed or stopped and started again on the same etcd, port, certificates, token file, ServiceAccount
-keys and audit log (so kubeconfigs and minted tokens stay valid and the audit log keeps appending), and
-frozen with SIGSTOP / thawed with SIGCONT. stop() always thaws first, so no API server is left stopped.
+Fault controls (for testbed/faults.py, which bench/faults.py and tests/integration/test_faults.py use):
+the API server can be killed or stopped and started again on the same etcd, port, certificates, token
+file, ServiceAccount keys and audit log (so kubeconfigs and minted tokens stay valid and the audit log
+keeps appending), and frozen with SIGSTOP / thawed with SIGCONT. stop() always thaws first, so no API
+server is left stopped.
 
 Nothing here is imported by the product.
 """
@@ -22,7 +23,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import tempfile
@@ -35,10 +35,13 @@ from typing import Any
 
 import urllib3
 
+from testbed.loopback import free_port
+from testbed.paths import REPO
+from testbed.procs import end_group
+
 # The test bed's API server has a self-signed certificate; every client here skips verification.
 urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
 
-REPO = Path(__file__).resolve().parents[2]
 SETUP = REPO / "hack" / "testbed" / "setup.sh"
 ADMIN_TOKEN = "kh-testbed-admin-token"
 
@@ -71,12 +74,6 @@ def etcd_data_dir(workdir: Path) -> Path:
     path = workdir / "etcd"
     path.mkdir(exist_ok=True)
     return path
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def resolve_binaries() -> dict[str, str]:
@@ -137,13 +134,18 @@ class TestCluster:
     def audit_log(self) -> Path:
         return self.workdir / "audit.log"
 
+    @property
+    def sa_key(self) -> Path:
+        """The ServiceAccount token signing key (PEM, RSA): the simulated kubelet forges expired tokens."""
+        return self.workdir / "sa.key"
+
     def start(self) -> TestCluster:
         self.binaries = resolve_binaries()
         self.workdir.mkdir(parents=True, exist_ok=True)
         wd = self.workdir
         self.etcd_dir = etcd_data_dir(wd)
-        subprocess.run(["openssl", "genrsa", "-out", str(wd / "sa.key"), "2048"], check=True, capture_output=True)
-        subprocess.run(["openssl", "rsa", "-in", str(wd / "sa.key"), "-pubout", "-out", str(wd / "sa.pub")],
+        subprocess.run(["openssl", "genrsa", "-out", str(self.sa_key), "2048"], check=True, capture_output=True)
+        subprocess.run(["openssl", "rsa", "-in", str(self.sa_key), "-pubout", "-out", str(wd / "sa.pub")],
                        check=True, capture_output=True)
         (wd / "tokens.csv").write_text(f'{ADMIN_TOKEN},admin,admin-uid,"system:masters"\n')
         (wd / "audit-policy.yaml").write_text(AUDIT_POLICY)
@@ -170,10 +172,13 @@ class TestCluster:
             "--authorization-mode=RBAC",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-account-key-file={wd / 'sa.pub'}",
-            f"--service-account-signing-key-file={wd / 'sa.key'}",
+            f"--service-account-signing-key-file={self.sa_key}",
             "--service-cluster-ip-range=127.96.0.0/16",
             "--disable-admission-plugins=ServiceAccount",
             "--allow-privileged=true", "--profiling=false",
+            # pods/log is proxied to the simulated kubelet (testbed/sim/logs.py) at the node's InternalIP: its
+            # Hostname address resolves nowhere. No kubelet CA or client certificate: TLS unverified both ways.
+            "--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname",
             f"--audit-policy-file={wd / 'audit-policy.yaml'}",
             f"--audit-log-path={self.audit_log}", "--audit-log-maxsize=0",
         ])
@@ -183,7 +188,7 @@ class TestCluster:
             self._spawn("kcm", [
                 self.binaries["KUBE_CONTROLLER_MANAGER"], f"--kubeconfig={self.kubeconfig}",
                 "--port=0", "--secure-port=0", "--leader-elect=false",
-                f"--service-account-private-key-file={wd / 'sa.key'}",
+                f"--service-account-private-key-file={self.sa_key}",
                 f"--root-ca-file={wd / 'certs' / 'apiserver.crt'}", "--controllers=*",
             ])
         return self
@@ -213,12 +218,7 @@ class TestCluster:
         if proc is None or proc.poll() is not None:
             return
         self.thaw()
-        os.killpg(proc.pid, sig)
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
+        end_group(proc, sig, timeout)
 
     def start_apiserver(self, ready_timeout: float = 90) -> None:
         """Start the API server again with the argv of the first start: same etcd, port, certificates,
@@ -301,14 +301,8 @@ class TestCluster:
         self.thaw(always=True)  # a SIGSTOPped server would never act on SIGTERM
         for name in ("kcm", "apiserver", "etcd"):
             proc = self.procs.pop(name, None)
-            if proc is None or proc.poll() is not None:
-                continue
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(5)
+            if proc is not None:
+                end_group(proc, grace=10)
         if self.etcd_dir is not None and not self.etcd_dir.is_relative_to(self.workdir):
             shutil.rmtree(self.etcd_dir, ignore_errors=True)  # memory, not disk: free it with the bed
 
@@ -327,6 +321,21 @@ class TestCluster:
         with urllib.request.urlopen(req, timeout=30, context=ctx) as resp:
             raw = resp.read()
         return json.loads(raw) if raw else None
+
+    def get_raw(self, path: str, accept: str = "*/*", token: str = ADMIN_TOKEN) -> tuple[int, bytes]:
+        """GET as an authenticated client and return (status, body) whatever the status: for answers
+        that are not JSON (pods/log) or that a test expects to be errors, and for `Accept` variants
+        (`application/json;as=Table;v=v1;g=meta.k8s.io` is what `kubectl get` asks for)."""
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        req = urllib.request.Request(self.server + path, headers={"Authorization": f"Bearer {token}",
+                                                                  "Accept": accept})
+        try:
+            with urllib.request.urlopen(req, timeout=30, context=ctx) as resp:
+                return int(resp.status), bytes(resp.read())
+        except urllib.error.HTTPError as e:
+            return int(e.code), bytes(e.read())
 
     def mint_token(self, namespace: str, service_account: str, seconds: int = 3600) -> str:
         """A bound ServiceAccount token from the TokenRequest API (creating the account if needed)."""

@@ -8,10 +8,9 @@ from typing import Any
 
 import yaml
 
-from tests.harness.cluster import REPO, TestCluster
-
-CRD_DIR = REPO / "helm" / "kuberhealthy" / "crds"
-GROUP = "comcast.github.io"
+from testbed.builders import API_VERSION
+from testbed.cluster import TestCluster
+from testbed.paths import CRD_DIR
 
 
 def load_crds() -> list[dict[str, Any]]:
@@ -34,7 +33,7 @@ def install_crds(cluster: TestCluster, timeout: float = 60) -> None:
         plural = crd["spec"]["names"]["plural"]
         while True:
             try:
-                cluster.request("GET", f"/apis/{GROUP}/v1/{plural}")
+                cluster.request("GET", f"/apis/{API_VERSION}/{plural}")
                 break
             except urllib.error.HTTPError as e:
                 if e.code != 404 or time.monotonic() > deadline:

@@ -1,68 +1,45 @@
-"""Run the daemon for tests: in this process (threads + a werkzeug server), or as real processes.
+"""The daemon as users run it: the `kuberhealthy` console script with a config file, in a child process.
 
-In-process: the same `build()` wiring and Flask app as production, served on a free loopback port,
-so simulated checker pods report over real HTTP. Out-of-process: `kuberhealthy --config` under
-gunicorn, exactly as users run it, for leader election and shutdown tests.
+Gunicorn runs inside it, exactly as in production, for contract, leader-election, shutdown, fault and
+scale runs. The config file lives in the work dir and can be rewritten while the daemon runs (config
+reload). Nothing here imports `kuberhealthy`: black-box tests drive the product only through this, its
+HTTP endpoints and the API server. (testbed/inprocess.py wires the daemon into the test process.)
 """
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
+import requests
 import yaml
 
-from kuberhealthy.config import from_mapping
-from kuberhealthy.kube import Kube
-from kuberhealthy.services import Services, build
-from tests.harness.cluster import REPO, TestCluster, free_port
+from testbed.cluster import TestCluster
+from testbed.loopback import free_port
+from testbed.paths import REPO
+from testbed.procs import end_group
+from testbed.wait import wait_for
 
 
-class InProcessDaemon:
-    """build() + create_app() + a threaded werkzeug server on 127.0.0.1."""
-
-    def __init__(self, cluster: TestCluster, namespace: str, settings: dict[str, Any] | None = None,
-                 pod_name: str = "kh-test-0", kubeconfig: Path | None = None) -> None:
-        from werkzeug.serving import make_server
-
-        from kuberhealthy.web import create_app
-        self.port = free_port()
-        raw: dict[str, Any] = {
-            "targetNamespace": namespace, "enableForceMaster": True, "checkChangeDebounce": "0s",
-            "listenAddress": f"127.0.0.1:{self.port}",
-            "externalCheckReportingURL": f"http://127.0.0.1:{self.port}/externalCheckStatus",
-            "stateReaperInterval": "1h", "checkReaperRunInterval": "1h",
-        }
-        raw.update(settings or {})
-        self.config = from_mapping(raw, {"POD_NAME": pod_name, "POD_NAMESPACE": namespace})
-        self.services: Services = build(self.config, Kube.connect(str(kubeconfig or cluster.kubeconfig)))
-        self.app = create_app(self.services)
-        self._server = make_server("127.0.0.1", self.port, self.app, threaded=True)
-        self._thread = threading.Thread(target=self._server.serve_forever, name="test-http", daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> InProcessDaemon:
-        self._thread.start()
-        self.services.start()
-        assert self.services.wait_synced(30), "caches did not sync"
-        return self
-
-    def stop(self) -> None:
-        self.services.stop(30)
-        self._server.shutdown()
-        self._thread.join(10)
-        self.services.kube.close()
+def console_script() -> str:
+    """The `kuberhealthy` console script of this interpreter's environment (pip install -e . made it)."""
+    beside = Path(sys.executable).parent / "kuberhealthy"
+    found = str(beside) if beside.exists() else shutil.which("kuberhealthy")
+    if not found:
+        raise RuntimeError(f"no `kuberhealthy` console script next to {sys.executable} or on PATH: "
+                           "pip install -e . (make venv)")
+    return found
 
 
 class DaemonProcess:
-    """`python -m kuberhealthy.cli --config FILE` as a child process (gunicorn inside)."""
+    """`kuberhealthy --config FILE` as a child process in its own session, reporting to itself unless
+    `settings` say otherwise. start() once; stop() (idempotent) ends the whole process group."""
+
+    host = "127.0.0.1"
 
     def __init__(self, cluster: TestCluster, workdir: Path, name: str, namespace: str,
                  settings: dict[str, Any] | None = None, kubeconfig: Path | None = None) -> None:
@@ -70,10 +47,10 @@ class DaemonProcess:
         self.port = free_port()
         self.config_path = workdir / f"{name}.yaml"
         raw: dict[str, Any] = {"listenAddress": f"127.0.0.1:{self.port}", "checkChangeDebounce": "0s",
-                               "logLevel": "debug"}
+                               "logLevel": "debug", "externalCheckReportingURL": f"{self.url}/externalCheckStatus"}
         raw.update(settings or {})
         self.settings = raw
-        self.config_path.write_text(yaml.safe_dump(raw))
+        self.write_config()
         self.log_path = workdir / f"{name}.log"
         self.env = dict(os.environ, POD_NAME=name, POD_NAMESPACE=namespace,
                         KUBECONFIG=str(kubeconfig or cluster.kubeconfig), PYTHONUNBUFFERED="1")
@@ -84,15 +61,32 @@ class DaemonProcess:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def set_reporting_url(self, url: str) -> None:
-        self.settings["externalCheckReportingURL"] = url
+    def write_config(self) -> None:
+        """Write `settings` to the config file (the running daemon picks a change up)."""
         self.config_path.write_text(yaml.safe_dump(self.settings))
 
+    def set_reporting_url(self, url: str) -> None:
+        self.settings["externalCheckReportingURL"] = url
+        self.write_config()
+
     def start(self) -> DaemonProcess:
-        log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "kuberhealthy.cli", "--config", str(self.config_path)],
-                                     cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+        with open(self.log_path, "ab") as log:  # the child keeps its own descriptor
+            self.proc = subprocess.Popen([console_script(), "--config", str(self.config_path)],
+                                         cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
+        return self
+
+    def wait_serving(self, path: str = "/readyz", timeout: float = 60) -> DaemonProcess:
+        """Wait until `path` answers 200 (/readyz: caches synced); fail at once if the process exits."""
+        def serving() -> bool:
+            assert self.proc is not None, "not started"
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"daemon {self.name} exited with {self.proc.returncode}:\n{self.log()[-4000:]}")
+            try:
+                return requests.get(self.url + path, timeout=5).status_code == 200
+            except requests.RequestException:
+                return False
+        wait_for(serving, timeout, interval=0.1, what=f"{self.name} {path}")
         return self
 
     def signal(self, sig: int) -> None:
@@ -109,17 +103,9 @@ class DaemonProcess:
         return self.proc.wait(timeout)
 
     def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        try:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            self.proc.wait(60)
-        except (subprocess.TimeoutExpired, ProcessLookupError):
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self.proc.wait(10)
+        """SIGTERM the process group and wait (60 s: the chart's grace period), then SIGKILL it."""
+        if self.proc is not None:
+            end_group(self.proc, grace=60)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""

@@ -20,16 +20,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import requests
-import yaml
-
-from tests.harness.cluster import ADMIN_TOKEN, TestCluster, kubeconfig_text, start_cluster
-from tests.harness.crds import install_crds
-from tests.harness.daemon import DaemonProcess
-from tests.harness.observe import AuditTail, EndpointPoller, PodObserver, StatusPageFailures
-from tests.harness.tcpproxy import TcpProxy
-from tests.harness.verdict import RECOVERY_LIMIT
-from tests.sim.kubelet import SimKubelet
+from testbed.builders import khc, khcheck
+from testbed.cluster import ADMIN_TOKEN, TestCluster, kubeconfig_text, start_cluster
+from testbed.crds import install_crds
+from testbed.daemon import DaemonProcess
+from testbed.objects import create_namespace, lease_holder
+from testbed.observe import AuditTail, EndpointPoller, PodObserver, StatusPageFailures
+from testbed.sim.kubelet import SimKubelet
+from testbed.tcpproxy import TcpProxy
+from testbed.verdict import RECOVERY_LIMIT
+from testbed.wait import wait_for
 
 logger = logging.getLogger(__name__)
 
@@ -50,12 +50,6 @@ class BedSettings:
     force_master: bool = True  # enableForceMaster (one replica); False: Lease election (always with 2+)
     daemon_settings: dict[str, Any] = field(default_factory=dict)
     log_level: int = logging.DEBUG  # of the simulator and observers, in bed.log (pytest shows it on failure)
-
-
-def khcheck(name: str, interval: str, timeout: str, delay: float) -> dict[str, Any]:
-    return {"apiVersion": "comcast.github.io/v1", "kind": "KuberhealthyCheck", "metadata": {"name": name},
-            "spec": {"runInterval": interval, "timeout": timeout, "podSpec": {"containers": [
-                {"name": "main", "image": "kh-sim/slow", "env": [{"name": "SIM_DELAY", "value": str(delay)}]}]}}}
 
 
 class FaultBed:
@@ -96,15 +90,14 @@ class FaultBed:
         self._log_handler.setFormatter(
             logging.Formatter("%(asctime)s %(threadName)s %(name)s %(levelname)s %(message)s"))
         # The simulator's and observers' logs go to bed.log, not to the console (pytest still captures them).
-        ours = logging.getLogger("tests")
+        ours = logging.getLogger("testbed")
         self._log_saved = (ours.level, ours.propagate)
         ours.addHandler(self._log_handler)
         ours.setLevel(self.s.log_level)
         ours.propagate = False
         self.cluster = c = start_cluster(workdir=self.workdir / "cluster")
         install_crds(c)
-        c.request("POST", "/api/v1/namespaces",
-                  {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.ns}})
+        create_namespace(c, name=self.ns)
         self.audit = AuditTail(c.audit_log, self.ns)
         self.pods = PodObserver(c.server, ADMIN_TOKEN, self.ns).start()
         self.sim = SimKubelet(str(c.kubeconfig), nodes=3, namespace=self.ns).start()
@@ -125,13 +118,14 @@ class FaultBed:
             d.set_reporting_url(target + "/externalCheckStatus")
         for i, name in enumerate(names):
             self.daemons[name].start()
-            self._wait_healthy(self.daemons[name])
+            self.daemons[name].wait_serving("/healthz")
             if i == 0 and not forced:
-                self._wait(lambda: self.leader() == names[0], 60, f"{names[0]} to take the Lease")
+                wait_for(lambda: self.leader() == names[0], 60, interval=0.25, what=f"{names[0]} to take the Lease")
         for i, check in enumerate(self.checks):
             name = check.split("/", 1)[1]
-            c.request("POST", f"/apis/comcast.github.io/v1/namespaces/{self.ns}/khchecks",
-                      khcheck(name, self.s.interval, self.s.timeout, self.s.delays[i % len(self.s.delays)]))
+            delay = self.s.delays[i % len(self.s.delays)]
+            c.request("POST", khc(self.ns), khcheck(name, "kh-sim/slow", self.s.interval, self.s.timeout,
+                                                    env={"SIM_DELAY": str(delay)}))
         self.mark("checks created")
         missing = self.wait_good_runs(self.t_start, warmup_timeout)
         if missing:
@@ -142,34 +136,14 @@ class FaultBed:
                                   EndpointPoller(d.url + "/healthz").start())
         return self
 
-    def _wait_healthy(self, d: DaemonProcess, limit: float = 60.0) -> None:
-        def healthy() -> bool:
-            if d.proc is not None and d.proc.poll() is not None:
-                raise RuntimeError(f"{d.name} exited with {d.proc.returncode}; see {d.log_path}")
-            try:
-                return requests.get(d.url + "/healthz", timeout=2).status_code == 200
-            except requests.RequestException:
-                return False
-        self._wait(healthy, limit, f"{d.name} /healthz")
-
-    @staticmethod
-    def _wait(fn: Any, limit: float, what: str) -> None:
-        deadline = time.monotonic() + limit
-        while not fn():
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"timed out after {limit}s waiting for {what}")
-            time.sleep(0.25)
-
     # --- what the scenarios ask -----------------------------------------------------------------------
 
     def leader(self) -> str:
         assert self.cluster is not None
         try:
-            lease = self.cluster.request(
-                "GET", f"/apis/coordination.k8s.io/v1/namespaces/{self.ns}/leases/{LEASE_NAME}")
-        except (urllib.error.URLError, OSError, ValueError):
+            return lease_holder(self.cluster, self.ns, LEASE_NAME) or ""
+        except (urllib.error.URLError, OSError, ValueError):  # the API server is down or frozen
             return ""
-        return str((lease.get("spec") or {}).get("holderIdentity") or "")
 
     def first_good_after(self, since: float) -> dict[str, float]:
         assert self.audit is not None
@@ -226,7 +200,7 @@ class FaultBed:
                 d.settings.setdefault(key, {}).update(value)
             else:
                 d.settings[key] = value
-        d.config_path.write_text(yaml.safe_dump(d.settings))
+        d.write_config()
 
     # --- tear-down ------------------------------------------------------------------------------------
 
@@ -259,7 +233,7 @@ class FaultBed:
                 logger.exception("tear-down of %s failed", what)
         self._write_timeline()
         if self._log_handler is not None:
-            ours = logging.getLogger("tests")
+            ours = logging.getLogger("testbed")
             ours.removeHandler(self._log_handler)
             ours.setLevel(self._log_saved[0])
             ours.propagate = self._log_saved[1]

@@ -1,4 +1,6 @@
-"""Helm for tests: the binary from hack/tools.sh (or $KH_HELM, or PATH), run with a throw-away home."""
+"""Helm for tests: the binary from hack/tools.sh (or $KH_HELM, or PATH), run with a throw-away home.
+
+The `helm` fixture is in testbed/pytest_plugin.py."""
 from __future__ import annotations
 
 import os
@@ -8,15 +10,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
-from tests.harness.cluster import REPO
-
-CHART = REPO / "helm" / "kuberhealthy"
+from testbed.paths import CHART
 
 
-def _find_helm() -> str | None:
+def find_helm() -> str | None:
+    """$KH_HELM, else the binary hack/tools.sh cached, else helm on PATH (None: none)."""
     if os.environ.get("KH_HELM"):
         return os.environ["KH_HELM"]
     root = Path(os.environ.get("KH_TESTBED_DIR", Path.home() / ".cache" / "kuberhealthy-testbed"))
@@ -51,13 +51,5 @@ class Helm:
             args += ["--set", v]
         out = self.run(*args).stdout
         return [d for d in yaml.safe_load_all(out) if d]
-
-
-@pytest.fixture(scope="module")
-def helm(tmp_path_factory: pytest.TempPathFactory) -> Helm:
-    path = _find_helm()
-    if not path:
-        pytest.skip("helm not found: run `bash hack/tools.sh` (or set KH_HELM) to fetch it")
-    return Helm(path, tmp_path_factory.mktemp("helm-home"))
 
 

@@ -3,28 +3,23 @@
 Each start writes a config into a temp dir (reporting off, meta/data/wal inside the dir, HTTP and the
 RPC bind-address on free 127.0.0.1 ports), waits for /ping to answer 204, and is stopped by its PID.
 
-Use the fixture by importing it into a test module:
-    from tests.harness.influxd import influxd  # noqa: F401  (pytest fixture)
+The `influxd` fixture (one server per test module) is in testbed/pytest_plugin.py.
 
 Nothing here is imported by the product.
 """
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pytest
-
-from tests.harness.cluster import free_port
+from testbed.loopback import free_port
 
 INFLUXD = os.environ.get("KH_TEST_INFLUXD", "/usr/bin/influxd")
 
@@ -103,16 +98,3 @@ class InfluxD:
 def start_influxd(workdir: Path | None = None) -> InfluxD:
     wd = workdir or Path(tempfile.mkdtemp(prefix="kh-influxd-"))
     return InfluxD(workdir=wd).start()
-
-
-@pytest.fixture(scope="module")
-def influxd() -> Iterator[InfluxD]:
-    """A running influxd for the test module (tests use their own database names)."""
-    if not os.access(INFLUXD, os.X_OK):
-        pytest.fail(f"no influxd at {INFLUXD} (apt-get install influxdb, or set KH_TEST_INFLUXD)")
-    server = start_influxd()
-    try:
-        yield server
-    finally:
-        server.stop()
-        shutil.rmtree(server.workdir, ignore_errors=True)

@@ -4,7 +4,7 @@ They watch from outside the product and import none of it, so a bug in the produ
 itself from them, and each survives API server outages on its own terms:
 
 - AuditTail reads the API server's audit log, which the test bed keeps across restarts and where every
-  khstate write carries its request body (tests/harness/cluster.py AUDIT_POLICY): every OK/Errors the
+  khstate write carries its request body (testbed/cluster.py AUDIT_POLICY): every OK/Errors the
   daemon managed to write is there, whatever the daemon's own caches or logs say.
 - PodObserver keeps a list+watch of checker pods (label app=kuberhealthy-check), re-listing after every
   broken stream so a missed DELETED can never leave a phantom live pod, and records the largest number
@@ -15,7 +15,6 @@ Timestamps are wall-clock seconds (time.time()), the clock the audit log uses.
 """
 from __future__ import annotations
 
-import datetime as dt
 import json
 import logging
 import threading
@@ -28,20 +27,15 @@ from typing import Any
 import requests
 import urllib3
 
+from testbed.builders import APP_SELECTOR, CHECK_LABEL, RUN_ID_LABEL
+from testbed.formats import parse_rfc3339
+from testbed.sim.api import OpenStream
+
 logger = logging.getLogger(__name__)
 
-# Contract names (CONTRACT.md section 4), spelled out here so the observers import nothing from the product.
-CHECK_LABEL = "kuberhealthy-check-name"
-RUN_ID_LABEL = "kuberhealthy-run-id"
-APP_SELECTOR = "app=kuberhealthy-check"
 REPORTED_UUID = "kuberhealthy.comcast.github.io/reported-uuid"
 OBSERVER_AGENT = "kh-fault-observer"
 WRITE_VERBS = ("create", "update", "patch")
-
-
-def parse_rfc3339(text: str) -> float:
-    """Audit timestamps ("2024-01-02T03:04:05.123456Z") as epoch seconds."""
-    return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
 # --- khstate writes, from the audit log -------------------------------------------------------------
@@ -130,7 +124,8 @@ class AuditTail:
         annotations.update(((body.get("metadata") or {}).get("annotations")) or {})
         self._state[check] = {"spec": spec, "annotations": annotations}
         errors = spec.get("Errors") or []
-        return Write(at=parse_rfc3339(str(ev.get("stageTimestamp") or ev.get("requestReceivedTimestamp"))),
+        at = parse_rfc3339(str(ev.get("stageTimestamp") or ev.get("requestReceivedTimestamp"))).timestamp()
+        return Write(at=at,
                      check=check, verb=str(ev.get("verb")), user_agent=str(ev.get("userAgent") or ""),
                      ok=bool(spec.get("OK", False)),
                      errors=tuple(str(e) for e in errors) if isinstance(errors, list) else (str(errors),),
@@ -186,7 +181,7 @@ class PodObserver:
         self.created: dict[str, float] = {}  # pod name -> first seen (wall)
         self.relists = 0  # successful lists; 0 at the end means the observer saw nothing (an instrument failure)
         self._stop = threading.Event()
-        self._resp: Any = None
+        self._stream = OpenStream()
         self._thread = threading.Thread(target=self._run, name="fault-pod-observer", daemon=True)
 
     def start(self) -> PodObserver:
@@ -196,13 +191,7 @@ class PodObserver:
 
     def stop(self) -> None:
         self._stop.set()
-        with self._lock:
-            resp = self._resp
-        if resp is not None:
-            try:
-                resp.raw.shutdown()  # urllib3 >= 2.3: unblocks the reading thread at once
-            except (OSError, AttributeError, ValueError):  # already closed; the read timeout ends it anyway
-                pass
+        self._stream.cut()  # unblocks the reading thread at once
         self._thread.join(30)
         self._session.close()
 
@@ -236,8 +225,7 @@ class PodObserver:
                   "allowWatchBookmarks": "true", "timeoutSeconds": "15"}
         with self._session.get(self._base, params=params, stream=True, timeout=(3, 20), verify=False) as r:
             r.raise_for_status()
-            with self._lock:
-                self._resp = r
+            self._stream.set(r)
             try:
                 for line in r.iter_lines():
                     if self._stop.is_set():
@@ -250,8 +238,7 @@ class PodObserver:
                     if ev.get("type") != "BOOKMARK":
                         self._apply(str(ev.get("type")), ev.get("object") or {})
             finally:
-                with self._lock:
-                    self._resp = None
+                self._stream.set(None)
 
     def _apply(self, etype: str, pod: dict[str, Any]) -> None:
         meta = pod.get("metadata") or {}

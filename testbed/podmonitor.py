@@ -7,6 +7,8 @@ from typing import Any
 
 from kubernetes import client, config, watch
 
+from testbed.builders import APP_SELECTOR, CHECK_LABEL, RUN_ID_LABEL
+
 
 class LivePodMonitor:
     """Max number of simultaneously live (Pending/Running, not deleting) checker pods per check."""
@@ -34,18 +36,18 @@ class LivePodMonitor:
         while not self._stop.is_set():
             try:
                 for ev in self._watch.stream(self._api.list_namespaced_pod, self._ns, timeout_seconds=2,
-                                             label_selector="app=kuberhealthy-check"):
+                                             label_selector=APP_SELECTOR):
                     self._apply(ev["type"], ev["object"])
             except Exception:  # noqa: BLE001 - the monitor reconnects
                 self._stop.wait(0.2)
 
     def _apply(self, etype: str, pod: Any) -> None:
-        check = (pod.metadata.labels or {}).get("kuberhealthy-check-name", "?")
+        check = (pod.metadata.labels or {}).get(CHECK_LABEL, "?")
         name = pod.metadata.name
         live = (etype != "DELETED" and pod.metadata.deletion_timestamp is None
                 and (pod.status.phase or "Pending") in ("Pending", "Running"))
         if etype == "ADDED":
-            self.creators.append((name, (pod.metadata.labels or {}).get("kuberhealthy-run-id", "")))
+            self.creators.append((name, (pod.metadata.labels or {}).get(RUN_ID_LABEL, "")))
         if live:
             self._live[check].add(name)
         else:

@@ -1,5 +1,5 @@
 """The verdict of a fault scenario: the invariants of CONTRACT.md section 10, judged from what a
-FaultBed's observers saw (tests/harness/faults.py, observe.py), never from the product's own state.
+FaultBed's observers saw (testbed/faults.py, observe.py), never from the product's own state.
 
   1. no false alarm: no OK:false result written (audit log) or shown on `/` for a checker that reported
      OK; a failure the simulator itself caused is set apart (bed_failures) and makes the verdict BED
@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING
 
 import requests
 
-from tests.harness.observe import Availability, Failure, scrape_skipped
+from testbed.observe import Availability, Failure, scrape_skipped
 
 if TYPE_CHECKING:
-    from tests.harness.faults import FaultBed
+    from testbed.faults import FaultBed
 
 RECOVERY_LIMIT = 60.0  # seconds: the contract's "first good run after the fault" for short intervals
 

@@ -22,13 +22,12 @@ import urllib3
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
-from tests.sim.retry import backoff, retry_after_seconds
+from testbed.sim.retry import backoff, retry_after_seconds
 
 logger = logging.getLogger(__name__)
 
 USER_AGENT = "kh-sim-kubelet"
 CALL_TIMEOUT = (5.0, 15.0)  # (connect, read) seconds for ordinary calls
-MERGE_PATCH = "application/merge-patch+json"
 DEFAULT_POOL_SIZE = 128  # connections kept per API server
 RETRY_BASE = 0.1  # seconds: the first wait of call_until
 RETRY_CAP = 2.0  # seconds: call_until never waits longer between attempts
@@ -142,3 +141,40 @@ class RawApi:
             raise SimApiError(resp.status, (resp.read() or b"").decode("utf-8", errors="replace"),
                               retry_after_seconds(resp.headers.get("Retry-After")))
         return resp.response
+
+
+class OpenStream:
+    """The streaming response (a watch) one thread is reading, so that another thread can cut it: the
+    reader set()s it while it reads and set(None)s it after; cut() unblocks the reader at once."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._resp: Any = None
+
+    def set(self, resp: Any) -> None:
+        with self._lock:
+            self._resp = resp
+
+    @property
+    def open(self) -> bool:
+        with self._lock:
+            return self._resp is not None
+
+    def cut(self) -> None:
+        with self._lock:
+            resp = self._resp
+        if resp is not None:
+            cut_stream(resp)
+
+
+def cut_stream(resp: Any) -> None:
+    """Unblock a thread reading a streaming response (a watch): shut its socket down (urllib3 >= 2.3),
+    else close it. `resp` is a urllib3 response, or a requests one (its urllib3 response is `.raw`)."""
+    raw = resp.raw if hasattr(resp, "raw") else resp
+    try:
+        if hasattr(raw, "shutdown"):
+            raw.shutdown()
+        else:
+            raw.close()
+    except (OSError, ValueError, RuntimeError):  # already closed or released by the reading thread
+        pass

@@ -1,11 +1,12 @@
 """Which checker behaviour a pod gets (chosen by its first container's image) and its knobs.
 
 This module is pure: it reads pod dicts and returns plans. The kubelet and the pod driver act on them.
-The table lives in tests/sim/README.md; keep both in step.
+The table lives in testbed/sim/README.md; keep both in step.
 """
 from __future__ import annotations
 
 import enum
+import ipaddress
 import logging
 import os
 from collections.abc import Mapping
@@ -20,6 +21,12 @@ DEFAULT_ERROR = "simulated check failure"
 PULL_BACKOFF_AFTER = 1.0
 # Host variables handed to kh-sim/exec processes so that interpreters and tools can be found.
 EXEC_HOST_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV")
+# SIM_TOKEN: what a reporting behaviour sends as `Authorization: Bearer` (README.md, "Reports").
+TOKEN_NONE, TOKEN_FILE, TOKEN_GARBAGE, TOKEN_WRONG_AUDIENCE, TOKEN_EXPIRED = (
+    "none", "file", "garbage", "wrong-audience", "expired")
+TOKEN_MODES = (TOKEN_NONE, TOKEN_FILE, TOKEN_GARBAGE, TOKEN_WRONG_AUDIENCE, TOKEN_EXPIRED)
+# SIM_REPORT_FROM: the source address of a report, besides a literal IPv4 loopback address.
+FROM_POD, FROM_NODE = "pod", "node"
 
 
 class Behaviour(enum.Enum):
@@ -73,6 +80,10 @@ class Settings:
     pending_delay: float  # SIM_PENDING_DELAY seconds in ContainerCreating before Running
     exit_delay: float  # SIM_EXIT_DELAY seconds between the report and the exit
     body: bytes | None  # SIM_BODY: raw report body sent instead of the JSON (for receiver tests)
+    token: str = TOKEN_NONE  # SIM_TOKEN: one of TOKEN_MODES
+    report_from: str = FROM_POD  # SIM_REPORT_FROM: pod, node, or an IPv4 loopback address
+    log: tuple[str, ...] | None = None  # SIM_LOG lines: the checker prints exactly these (logs.py)
+    log_lines: int = 0  # SIM_LOG_LINES: filler lines printed first, for checkers that print a lot
 
     @classmethod
     def from_env(cls, env: Mapping[str, str], behaviour: Behaviour) -> Settings:
@@ -85,7 +96,40 @@ class Settings:
             pending_delay=_float(env, "SIM_PENDING_DELAY", 0.0),
             exit_delay=_float(env, "SIM_EXIT_DELAY", 0.0),
             body=body.encode() if body is not None else None,
+            token=_choice(env, "SIM_TOKEN", TOKEN_MODES),
+            report_from=_source(env),
+            log=_log_lines(env.get("SIM_LOG")),
+            log_lines=int(_float(env, "SIM_LOG_LINES", 0.0)),
         )
+
+
+def _log_lines(raw: str | None) -> tuple[str, ...] | None:
+    """SIM_LOG: lines separated by newlines or by a literal backslash-n (`line1\\nline2` in YAML)."""
+    if raw is None:
+        return None
+    text = raw.replace("\\n", "\n")
+    return tuple((text[:-1] if text.endswith("\n") else text).split("\n"))
+
+
+def _choice(env: Mapping[str, str], key: str, allowed: tuple[str, ...]) -> str:
+    raw = env.get(key, "").strip().lower()
+    if raw and raw not in allowed:
+        logger.warning("ignoring %s=%r: not one of %s", key, raw, ", ".join(allowed))
+    return raw if raw in allowed else allowed[0]
+
+
+def _source(env: Mapping[str, str]) -> str:
+    raw = env.get("SIM_REPORT_FROM", "").strip().lower() or FROM_POD
+    if raw in (FROM_POD, FROM_NODE):
+        return raw
+    try:
+        ip = ipaddress.ip_address(raw)
+    except ValueError:
+        ip = None
+    if ip is None or ip.version != 4 or not ip.is_loopback:
+        logger.warning("ignoring SIM_REPORT_FROM=%r: not pod, node or an IPv4 loopback address", raw)
+        return FROM_POD
+    return str(ip)
 
 
 def first_container(pod: Mapping[str, Any]) -> dict[str, Any]:

@@ -18,12 +18,21 @@ import signal
 import subprocess
 import threading
 import time
+import uuid
 from typing import Any
 
-from tests.sim import podstatus
-from tests.sim.api import MERGE_PATCH, RawApi, SimApiError
-from tests.sim.behaviours import (
+from testbed.builders import MERGE_PATCH, TOKEN_FILE_ENV
+from testbed.sim import podstatus
+from testbed.sim.api import RawApi, SimApiError
+from testbed.sim.behaviours import (
+    FROM_NODE,
+    FROM_POD,
     PULL_BACKOFF_AFTER,
+    TOKEN_EXPIRED,
+    TOKEN_FILE,
+    TOKEN_GARBAGE,
+    TOKEN_NONE,
+    TOKEN_WRONG_AUDIENCE,
     Behaviour,
     Settings,
     container_env,
@@ -31,8 +40,10 @@ from tests.sim.behaviours import (
     exec_env,
     first_container,
 )
-from tests.sim.records import PodRecord
-from tests.sim.report import InFlight, run_deadline, send_report
+from testbed.sim.logs import Transcript
+from testbed.sim.records import PodRecord
+from testbed.sim.report import InFlight, run_deadline, send_report
+from testbed.sim.tokens import TokenMinter, expired_copy, map_paths, projections
 
 logger = logging.getLogger(__name__)
 
@@ -43,8 +54,9 @@ class PodDriver:
     """Drives one pod; start() once, cancel() any time (idempotent), join() after cancel()."""
 
     def __init__(self, api: RawApi, pod: dict[str, Any], record: PodRecord, *, behaviour: Behaviour,
-                 node: str, host_ip: str, pod_ip: str, bind: bool) -> None:
+                 node: str, host_ip: str, pod_ip: str, bind: bool, minter: TokenMinter | None = None) -> None:
         self._api = api
+        self._minter = minter  # None: projected tokens are not minted (no files)
         self._pod = pod
         self.record = record
         self.behaviour = behaviour
@@ -57,6 +69,7 @@ class PodDriver:
         self._lock = threading.Lock()
         self._proc: subprocess.Popen[bytes] | None = None
         self._inflight = InFlight()  # the report attempt under way, cut on cancel
+        self._out: Transcript | None = None  # what the checker prints, once its container started
         self._thread = threading.Thread(target=self._run, name=f"sim-pod-{record.key}", daemon=True)
         meta = pod.get("metadata") or {}
         self._path = f"/api/v1/namespaces/{meta.get('namespace')}/pods/{meta.get('name')}"
@@ -69,6 +82,8 @@ class PodDriver:
     def cancel(self) -> None:
         self._cancel.set()
         self._inflight.cut()
+        if self._minter is not None:
+            self._minter.forget(self._pod)
         with self._lock:
             proc = self._proc
         if proc is not None and proc.poll() is None:
@@ -160,9 +175,12 @@ class PodDriver:
         if not self._write_status(podstatus.waiting(pod, ip, host, start_time, reason="ContainerCreating")):
             return
         rec.waiting_reason = "ContainerCreating"
+        env = self._mount_tokens(env)
         if self._cancel.wait(settings.pending_delay):
             return
         started_at = podstatus.now_rfc3339()
+        self._out = Transcript.begin(rec.log, self.behaviour.value, rec.key, self._node, settings.log,
+                                     settings.log_lines, default=self.behaviour is not Behaviour.EXEC)
         if not self._write_status(podstatus.running(pod, ip, host, start_time, started_at)):
             return
         rec.running, rec.phase, rec.waiting_reason = time.monotonic(), "Running", ""
@@ -175,6 +193,47 @@ class PodDriver:
             rec.exited, rec.exit_code = time.monotonic(), exit_code
             rec.phase = "Succeeded" if exit_code == 0 else "Failed"
             logger.debug("pod %s exited with %d", rec.key, exit_code)
+
+    def _mount_tokens(self, env: dict[str, str]) -> dict[str, str]:
+        """Mint the pod's projected ServiceAccount tokens (tokens.py) and map env paths to the files."""
+        if self._minter is None or not projections(self._pod):
+            return env
+        files, mounts, errors = self._minter.mount(self._cancel, self._pod)
+        self.record.token_files = files
+        self.record.errors.extend(errors)
+        return map_paths(env, files, mounts)
+
+    def _token(self, env: dict[str, str], mode: str) -> str | None:
+        """What SIM_TOKEN says to send as the Bearer token (None: no Authorization header)."""
+        if mode == TOKEN_NONE:
+            return None
+        if mode == TOKEN_GARBAGE:
+            return f"kh-sim-garbage-{uuid.uuid4().hex}"
+        path = env.get(TOKEN_FILE_ENV, "")
+        try:
+            with open(path, encoding="utf-8") as f:
+                token = f.read().strip()
+        except OSError as e:
+            if mode != TOKEN_FILE:  # the others are made from the pod's own token
+                self.record.errors.append(f"SIM_TOKEN={mode}: no token file ({e})")
+            return None  # as checkclient.py: no readable file, no token
+        if mode == TOKEN_FILE:
+            return token
+        if mode == TOKEN_WRONG_AUDIENCE and self._minter is not None:
+            try:
+                return self._minter.mint(self._cancel, self._pod, "", 600)
+            except SimApiError as e:
+                self.record.errors.append(f"SIM_TOKEN={mode}: {e}")
+                return None
+        if mode == TOKEN_EXPIRED and self._minter is not None and self._minter.signing_key is not None:
+            return expired_copy(token, self._minter.signing_key)
+        self.record.errors.append(f"SIM_TOKEN={mode} needs the kubelet's token minter (and signing key)")
+        return None
+
+    def _source_ip(self, settings: Settings) -> str:
+        if settings.report_from == FROM_POD:
+            return self.pod_ip
+        return self._host_ip if settings.report_from == FROM_NODE else settings.report_from
 
     def _image_pull_failure(self, start_time: str) -> None:
         image = str(first_container(self._pod).get("image", ""))
@@ -207,7 +266,12 @@ class PodDriver:
         if b is Behaviour.HANG_SILENT:
             self._cancel.wait()
             return None
+        self._say("panic: simulated crash" if b is Behaviour.CRASH else "done, without reporting")
         return 1 if b is Behaviour.CRASH else 0
+
+    def _say(self, *lines: str) -> None:
+        if self._out is not None:
+            self._out.say(*lines)
 
     def _report(self, env: dict[str, str], settings: Settings, ok: bool) -> None:
         url = env.get("KH_REPORTING_URL", "")
@@ -219,9 +283,18 @@ class PodDriver:
         if body is None:
             body = json.dumps({"OK": ok, "Errors": [] if ok else list(settings.errors)}).encode()
         run_uuid = env.get("KH_RUN_UUID") if settings.uuid_header else None
-        result = send_report(url, body, run_uuid, self.pod_ip, self._cancel, deadline=run_deadline(env),
-                             inflight=self._inflight)
+        token = self._token(env, settings.token)
+        if token is None and settings.token not in (TOKEN_NONE, TOKEN_FILE):
+            logger.warning("pod %s cannot make its SIM_TOKEN=%s token; not reporting", self.record.key,
+                           settings.token)
+            return
+        if settings.body is None:
+            self._say(*(f"error: {e}" for e in ([] if ok else settings.errors)))
+        self._say(f"reporting {'OK' if ok else 'failure'} to {url}")
+        result = send_report(url, body, run_uuid, self._source_ip(settings), self._cancel,
+                             deadline=run_deadline(env), inflight=self._inflight, token=token)
         self.record.report = result
+        self._say(f"report {result.outcome.value if result.outcome else 'ended'}: HTTP {result.status or '-'}")
         self.record.reported = result.at
         logger.debug("pod %s reported: %s, status=%s after %d attempts %s, error=%s", self.record.key,
                      result.outcome.value if result.outcome else "?", result.status, result.attempts,
@@ -245,6 +318,9 @@ class PodDriver:
         out, err = proc.communicate()
         self.record.stdout = out.decode("utf-8", errors="replace")
         self.record.stderr = err.decode("utf-8", errors="replace")
+        for text in (self.record.stdout, self.record.stderr):  # printed all along; readable once it ended
+            if text:
+                self.record.log.write(text[:-1] if text.endswith("\n") else text)
         if self._cancel.is_set():
             return None
         return proc.returncode if proc.returncode >= 0 else 128 - proc.returncode

@@ -5,7 +5,8 @@ both: it binds each new pod to one of its nodes, writes realistic status (loopba
 behaviour named by the image (see README.md) and honours deletion and eviction by deleting terminating
 pods with grace 0. Everything is driven by one watch (re-listing on 410, resuming on errors); each pod
 gets its own thread (driver.py), and force deletions go through a small pool so the watch never blocks
-on them. It does not simulate restarts, probes, init containers, volumes or resource accounting.
+on them. The nodes' kubelet endpoint, where the API server reads what each checker printed (pods/log),
+is logs.py's. It does not simulate restarts, probes, init containers, volumes or resource accounting.
 
 The watch survives an API server that restarts (connection refused for a while, then 410 on resume:
 it retries with backoff capped at WATCH_RETRY_CAP and re-lists) and one that freezes (the stream goes
@@ -18,17 +19,21 @@ import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import urllib3
 from kubernetes.watch.watch import iter_resp_lines
 
-from tests.sim import podstatus
-from tests.sim.api import DEFAULT_POOL_SIZE, MERGE_PATCH, RawApi, SimApiError
-from tests.sim.behaviours import behaviour_for_image, first_container
-from tests.sim.driver import PodDriver
-from tests.sim.records import PodRecord, ReportResult
-from tests.sim.retry import backoff
+from testbed import loopback
+from testbed.builders import MERGE_PATCH
+from testbed.sim import logs, podstatus
+from testbed.sim.api import DEFAULT_POOL_SIZE, OpenStream, RawApi, SimApiError
+from testbed.sim.behaviours import behaviour_for_image, first_container
+from testbed.sim.driver import PodDriver
+from testbed.sim.records import PodRecord, ReportResult
+from testbed.sim.retry import backoff
+from testbed.sim.tokens import TokenMinter
 
 logger = logging.getLogger(__name__)
 
@@ -51,16 +56,21 @@ class SimKubelet:
     start() once, stop() (idempotent) once done. Two kubelets must not watch overlapping namespaces."""
 
     def __init__(self, kubeconfig_path: str, nodes: int = 3, namespace: str | None = None,
-                 node_prefix: str = "sim-node", pool_size: int = DEFAULT_POOL_SIZE) -> None:
+                 node_prefix: str = "sim-node", pool_size: int = DEFAULT_POOL_SIZE,
+                 signing_key: Path | None = None) -> None:
         """`pool_size`: API connections kept for reuse; about the number of pods driven at once (one
-        thread each), or every call beyond it pays a new TLS handshake."""
+        thread each), or every call beyond it pays a new TLS handshake. `signing_key`: the cluster's
+        ServiceAccount signing key, for checkers that send an expired token (SIM_TOKEN=expired)."""
         self.kubeconfig_path = str(kubeconfig_path)
         self.namespace = namespace
         self.pool_size = pool_size
-        self.nodes: list[tuple[str, str]] = [(f"{node_prefix}-{i}", podstatus.node_ip(i))
+        self.nodes: list[tuple[str, str]] = [(f"{node_prefix}-{i}", loopback.node_ip(i))
                                              for i in range(nodes)]
         self._node_ips = dict(self.nodes)
         self._api: RawApi | None = None
+        self._logs: logs.KubeletServer | None = None  # the nodes' kubelet endpoint (logs.py), from start()
+        self._signing_key = signing_key
+        self.tokens: TokenMinter | None = None  # projected ServiceAccount tokens (tokens.py), from start()
         self._stop = threading.Event()
         self._synced = threading.Event()
         self._lock = threading.Lock()
@@ -69,7 +79,7 @@ class SimKubelet:
         self._all_drivers: list[PodDriver] = []  # for joining on stop
         self._deleting: set[str] = set()  # uids with a grace-0 delete in flight
         self._next_node = 0
-        self._resp: Any = None  # the open watch response, so stop() can cut it
+        self._stream = OpenStream()  # the open watch response, so stop() can cut it
         self._rv = ""  # last resourceVersion seen (watch thread only); "" means list first
         self._failures = 0  # watch attempts failed in a row (watch thread only); sets the backoff
         self.watch_requests = 0  # watch requests opened (for tests: a dropped stream was resumed)
@@ -81,7 +91,9 @@ class SimKubelet:
     def start(self, timeout: float = 30.0) -> SimKubelet:
         """Create the nodes, start the watch and return once the first list is done."""
         self._api = RawApi(self.kubeconfig_path, pool_size=self.pool_size)
+        self.tokens = TokenMinter(self._api, self._signing_key)
         try:
+            self._logs = logs.acquire()
             for name, ip in self.nodes:
                 self._ensure_node(name, ip)
             self._watch_thread.start()
@@ -97,10 +109,7 @@ class SimKubelet:
     def stop(self) -> None:
         """Stop watching, cancel every pod's behaviour (killing subprocesses) and join every thread."""
         self._stop.set()
-        with self._lock:
-            resp = self._resp
-        if resp is not None:
-            _cut(resp)
+        self._stream.cut()
         if self._watch_thread.ident is not None:
             self._watch_thread.join(JOIN_TIMEOUT)
             if self._watch_thread.is_alive():
@@ -113,8 +122,13 @@ class SimKubelet:
             if not d.join(JOIN_TIMEOUT):
                 logger.error("driver of %s did not stop within %ss", d.record.key, JOIN_TIMEOUT)
         self._deleter.shutdown(wait=True)
+        if self.tokens is not None:
+            self.tokens.close()
         if self._api is not None:
             self._api.close()
+        if self._logs is not None:
+            logs.release(self._logs)
+            self._logs = None
 
     def __enter__(self) -> SimKubelet:
         return self.start()
@@ -134,6 +148,14 @@ class SimKubelet:
     def report_results(self) -> dict[str, ReportResult]:
         """The report each pod sent, by `namespace/name` (pods that did not report are absent)."""
         return {k: r.report for k, r in self.records.items() if r.report is not None}
+
+    @property
+    def log_requests(self) -> list[logs.LogRequest]:
+        """The container-log requests the nodes' endpoint answered (the API server's pods/log proxying),
+        for pods in this kubelet's namespace (all of them when it watches every namespace)."""
+        server = self._logs
+        prefix = f"{self.namespace}/" if self.namespace else ""
+        return [r for r in (server.requests if server else []) if r.pod.startswith(prefix)]
 
     def record(self, namespace: str, name: str) -> PodRecord | None:
         with self._lock:
@@ -158,6 +180,8 @@ class SimKubelet:
                             "message": "simulated kubelet is posting ready status",
                             "lastHeartbeatTime": now, "lastTransitionTime": now}],
             "capacity": capacity, "allocatable": capacity}}
+        if self._logs is not None:  # where the API server reads container logs (pods/log)
+            status["status"]["daemonEndpoints"] = {"kubeletEndpoint": {"Port": self._logs.port(ip)}}
         self._api.call("PATCH", f"/api/v1/nodes/{name}/status", status, content_type=MERGE_PATCH)
 
     def _pick_node(self) -> tuple[str, str]:
@@ -232,8 +256,7 @@ class SimKubelet:
         self.watch_requests += 1
         resp = self._api.stream(self._pods_path(), query, timeout=(WATCH_CONNECT_TIMEOUT, WATCH_READ_TIMEOUT))
         self._failures = 0  # the API server answered: the next failure starts the backoff afresh
-        with self._lock:
-            self._resp = resp
+        self._stream.set(resp)
         try:
             if self._stop.is_set():
                 return
@@ -255,8 +278,7 @@ class SimKubelet:
             if not self._stop.is_set():
                 raise
         finally:
-            with self._lock:
-                self._resp = None
+            self._stream.set(None)
             resp.close()
             resp.release_conn()
 
@@ -303,22 +325,26 @@ class SimKubelet:
         image = str(first_container(pod).get("image", ""))
         behaviour = behaviour_for_image(image)
         host_network = bool((pod.get("spec") or {}).get("hostNetwork"))
-        pod_ip = host_ip if host_network else podstatus.POD_IPS.allocate()
+        pod_ip = host_ip if host_network else loopback.POD_IPS.allocate()
         meta = pod.get("metadata") or {}
         record = PodRecord(namespace=str(meta.get("namespace")), name=str(meta.get("name")),
                            uid=str(meta.get("uid", "")),
                            image=image, behaviour=behaviour.value, pod_ip=pod_ip, host_network=host_network,
-                           seen=time.monotonic())
+                           seen=time.monotonic(),
+                           log=logs.PodLog(tuple(str(c.get("name", "")) for c in
+                                                 (pod.get("spec") or {}).get("containers") or [])))
         assert self._api is not None
         driver = PodDriver(self._api, pod, record, behaviour=behaviour, node=node, host_ip=host_ip,
-                           pod_ip=pod_ip, bind=bind)
+                           pod_ip=pod_ip, bind=bind, minter=self.tokens)
         with self._lock:
             if self._stop.is_set():
                 if not host_network:
-                    podstatus.POD_IPS.release(pod_ip)
+                    loopback.POD_IPS.release(pod_ip)
                 return
             self._drivers[key] = driver
             self._records[key] = record
+            if self._logs is not None:
+                self._logs.serve(key, record.log)
             self._all_drivers = [d for d in self._all_drivers if not d.join(0)] + [driver]
             driver.start()  # under the lock, so stop() never sees a driver that is not started yet
         logger.debug("adopted pod %s (%s) on %s", key, behaviour.value, node)
@@ -329,10 +355,12 @@ class SimKubelet:
         with self._lock:
             if self._drivers.get(key) is driver:
                 del self._drivers[key]
+        if self._logs is not None:
+            self._logs.forget(key, driver.record.log)
         if driver.record.deleted is None:
             driver.record.deleted = time.monotonic()
         if not driver.record.host_network:
-            podstatus.POD_IPS.release(driver.pod_ip)
+            loopback.POD_IPS.release(driver.pod_ip)
         logger.debug("pod %s is gone", key)
 
     def _force_delete(self, key: str, uid: str) -> None:
@@ -362,12 +390,3 @@ class SimKubelet:
             self._deleting.discard(uid)  # a later event for the pod may try again
 
 
-def _cut(resp: Any) -> None:
-    """Unblock a thread reading this watch response (urllib3 >= 2.3 can shut the socket down)."""
-    try:
-        if hasattr(resp, "shutdown"):
-            resp.shutdown()
-        else:
-            resp.close()
-    except (OSError, ValueError, RuntimeError):  # already closed or released by the watch thread
-        pass

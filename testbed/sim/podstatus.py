@@ -1,52 +1,14 @@
-"""Pod status documents the simulated kubelet writes, and the loopback addresses it hands out.
+"""Pod status documents the simulated kubelet writes.
 
 Status shapes follow what a real kubelet reports (phase, conditions, containerStatuses with waiting /
-running / terminated states), trimmed to the fields Kuberhealthy and tests look at. Pod IPs come from
-127.10.0.0-127.19.255.255, never 127.0.0.1, unique among live pods in this process; node IPs are
-127.20.0.N. Every address is on lo, so sockets can be bound to them.
+running / terminated states), trimmed to the fields Kuberhealthy and tests look at. The addresses in
+them come from testbed/loopback.py.
 """
 from __future__ import annotations
 
 import datetime
-import ipaddress
-import threading
 from collections.abc import Mapping
 from typing import Any
-
-POD_NET_FIRST = int(ipaddress.IPv4Address("127.10.0.1"))
-POD_NET_LAST = int(ipaddress.IPv4Address("127.19.255.254"))
-
-
-def node_ip(index: int) -> str:
-    return f"127.20.0.{index + 1}"
-
-
-class IpPool:
-    """Hands out pod IPs round-robin, skipping addresses still in use and .0/.255 octets."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._next = POD_NET_FIRST
-        self._used: set[int] = set()
-
-    def allocate(self) -> str:
-        with self._lock:
-            for _ in range(POD_NET_LAST - POD_NET_FIRST + 1):
-                candidate = self._next
-                self._next = candidate + 1 if candidate < POD_NET_LAST else POD_NET_FIRST
-                if candidate & 0xFF in (0, 255) or candidate in self._used:
-                    continue
-                self._used.add(candidate)
-                return str(ipaddress.IPv4Address(candidate))
-        raise RuntimeError("simulated pod network exhausted")
-
-    def release(self, ip: str) -> None:
-        with self._lock:
-            self._used.discard(int(ipaddress.IPv4Address(ip)))
-
-
-# One pool per process, so two simulated kubelets never hand out the same address.
-POD_IPS = IpPool()
 
 
 def now_rfc3339() -> str:

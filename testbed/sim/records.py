@@ -8,6 +8,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from testbed.sim.logs import PodLog
+
 
 class Outcome(str, enum.Enum):
     """How a report ended (ReportResult.outcome)."""
@@ -27,6 +29,7 @@ class ReportResult:
     source_ip: str
     body: bytes
     uuid_header: str | None  # the kh-run-uuid value sent, None when the header was left out
+    bearer: bool = False  # an `Authorization: Bearer` token was sent (SIM_TOKEN)
     status: int | None = None  # the last HTTP status answered; None when no attempt got an answer
     response_body: str = ""  # the body of that last answer
     error: str | None = None  # the last attempt's transport error (None when it got an answer)
@@ -67,6 +70,8 @@ class PodRecord:
     stderr: str = ""  # kh-sim/exec only
     errors: list[str] = field(default_factory=list)  # simulator-side problems (failed API writes, ...)
     api_retries: int = 0  # API calls for this pod that failed transiently and were retried (not errors)
+    token_files: dict[str, str] = field(default_factory=dict)  # projected token: container path -> our file
+    log: PodLog = field(default_factory=PodLog)  # what the checker printed (logs.py); stays after the pod
 
     @property
     def key(self) -> str:

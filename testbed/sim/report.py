@@ -24,8 +24,8 @@ import time
 import urllib.parse
 from collections.abc import Mapping
 
-from tests.sim.records import Outcome, ReportResult
-from tests.sim.retry import backoff, honour_retry_after, retry_after_seconds
+from testbed.sim.records import Outcome, ReportResult
+from testbed.sim.retry import backoff, honour_retry_after, retry_after_seconds
 
 logger = logging.getLogger(__name__)
 
@@ -134,13 +134,13 @@ def _post(target: tuple[str, int, str], headers: dict[str, str], body: bytes, so
 
 def send_report(url: str, body: bytes, run_uuid: str | None, source_ip: str, cancel: threading.Event, *,
                 deadline: float | None = None, retry_window: float = DEFAULT_RETRY_WINDOW,
-                inflight: InFlight | None = None) -> ReportResult:
+                inflight: InFlight | None = None, token: str | None = None) -> ReportResult:
     """POST body to url from source_ip, retrying transient failures until `deadline` (unix seconds;
     None: `retry_window` seconds from now) or until `cancel` is set. Never raises.
 
     At least one attempt is made unless `cancel` is already set. `inflight` lets the caller cut an
-    attempt under way when it sets `cancel`."""
-    result = ReportResult(url=url, source_ip=source_ip, body=body, uuid_header=run_uuid)
+    attempt under way when it sets `cancel`. `token` is sent as `Authorization: Bearer <token>`."""
+    result = ReportResult(url=url, source_ip=source_ip, body=body, uuid_header=run_uuid, bearer=token is not None)
     try:
         ip, port, path, host = _loopback_target(url)
     except ReportRefused as e:
@@ -150,6 +150,8 @@ def send_report(url: str, body: bytes, run_uuid: str | None, source_ip: str, can
     headers = {"Content-Type": "application/json", "Host": host, "Connection": "close"}
     if run_uuid is not None:
         headers["kh-run-uuid"] = run_uuid
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
     inflight = inflight or InFlight()
     window = retry_window if deadline is None else deadline - time.time()
     give_up_at = time.monotonic() + window  # the deadline on the monotonic clock: immune to clock steps

@@ -1,6 +1,6 @@
 """Run the simulated kubelet in a process of its own, for benchmarks that must not share a GIL with it.
 
-    python -m tests.sim.serve --kubeconfig K --namespace NS --nodes N --stats-file F [--ready-file R]
+    python -m testbed.sim.serve --kubeconfig K --namespace NS --nodes N --stats-file F [--ready-file R]
                               [--pool-size P]
 
 Starts a SimKubelet for NS, touches the ready file once the first pod list is done, and runs until
@@ -34,11 +34,11 @@ from typing import Any
 
 import urllib3
 
-from tests.sim.api import DEFAULT_POOL_SIZE
-from tests.sim.kubelet import SimKubelet
-from tests.sim.records import PodRecord
+from testbed.sim.api import DEFAULT_POOL_SIZE
+from testbed.sim.kubelet import SimKubelet
+from testbed.sim.records import PodRecord
 
-logger = logging.getLogger("tests.sim.serve")
+logger = logging.getLogger("testbed.sim.serve")
 
 SAMPLE_EVERY = 1.0  # seconds between thread-count samples
 POLL = 0.2  # seconds between looks at the signal flag
@@ -178,7 +178,7 @@ class Serve:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tests.sim.serve", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m testbed.sim.serve", description=__doc__.splitlines()[0])
     p.add_argument("--kubeconfig", required=True)
     p.add_argument("--namespace", default="", help="the namespace to drive ('' = all)")
     p.add_argument("--nodes", type=int, default=3)

@@ -15,20 +15,15 @@ from typing import Any
 import pytest
 import requests
 
-from tests.contract import (
-    VENV_BIN,
-    create_lease,
-    ensure_namespace,
-    get_json,
-    khc,
-    khcheck,
-    lease_holder,
-    new_namespace,
-    pods_path,
-    report,
-    wait_for,
-)
-from tests.harness.cluster import REPO, TestCluster, kubeconfig_text
+from testbed.builders import khc, khcheck, pods_path
+from testbed.cluster import TestCluster, kubeconfig_text
+from testbed.daemon import console_script
+from testbed.loopback import free_port
+from testbed.objects import create_lease, create_namespace, lease_holder
+from testbed.paths import REPO
+from testbed.procs import end_group
+from testbed.rawhttp import get_json, post_report
+from testbed.wait import wait_for
 
 
 def run_cli(args: list[str], env: dict[str, str] | None = None, timeout: float = 30,
@@ -37,7 +32,7 @@ def run_cli(args: list[str], env: dict[str, str] | None = None, timeout: float =
     base = dict(os.environ)
     base.pop("KUBERNETES_SERVICE_HOST", None)
     base.update(env or {})
-    argv = (exe or [sys.executable, "-m", "kuberhealthy.cli"]) + args
+    argv = (exe or [console_script()]) + args
     proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=base,
                             start_new_session=True)
     try:
@@ -57,13 +52,7 @@ def running(argv: list[str], env: dict[str, str], log: Path, cwd: Path = REPO) -
     try:
         yield proc
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(10)
+        end_group(proc, grace=60)
 
 
 def alive(proc: subprocess.Popen[bytes], log: Path) -> None:
@@ -71,14 +60,8 @@ def alive(proc: subprocess.Popen[bytes], log: Path) -> None:
         raise RuntimeError(f"exited {proc.returncode}: {log.read_text(errors='replace')[-3000:]}")
 
 
-def loopback_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_pip_install_provides_the_kuberhealthy_console_script() -> None:
-    script = VENV_BIN / "kuberhealthy"
+    script = Path(sys.executable).parent / "kuberhealthy"
     assert script.exists(), f"no console script at {script}"
     out = run_cli(["--help"], exe=[str(script)])
     assert out.returncode == 0, out.stderr
@@ -185,13 +168,13 @@ def test_without_a_config_file_the_daemon_starts_with_all_defaults_and_debug_log
         pytest.skip("a default config file exists on this machine")
     if not port_free(8080):
         pytest.skip("port 8080 is taken")
-    ns = new_namespace(cluster, "cdef")
+    ns = create_namespace(cluster, "cdef")
     # Someone else holds the default Lease, so this all-namespaces daemon stays a follower and runs nothing.
     create_lease(cluster, ns, "kuberhealthy", "somebody-else", 3600)
     log = tmp_path / "out.log"
     env = dict(os.environ, POD_NAMESPACE=ns, POD_NAME="kh-defaults", PYTHONUNBUFFERED="1")
     env.pop("KUBERNETES_SERVICE_HOST", None)
-    with running([str(VENV_BIN / "kuberhealthy"), "-d"], env, log, cwd=tmp_path) as proc:
+    with running([console_script(), "-d"], env, log, cwd=tmp_path) as proc:
         def up() -> bool:
             alive(proc, log)
             try:
@@ -203,7 +186,7 @@ def test_without_a_config_file_the_daemon_starts_with_all_defaults_and_debug_log
         status = get_json("http://127.0.0.1:8080")
         assert status["CurrentMaster"] == "somebody-else"
         # give the daemon something to say: a report nobody can have sent (rejected)
-        assert report(8080, {"OK": True, "Errors": []}, run_uuid="no-such-run").status == 400
+        assert post_report(8080, {"OK": True, "Errors": []}, run_uuid="no-such-run").status == 400
 
         def debug_logged() -> bool:
             return " DEBUG " in log.read_text(errors="replace")
@@ -217,10 +200,10 @@ def test_the_default_pod_namespace_is_kuberhealthy_and_pod_name_defaults_to_the_
         cluster: TestCluster, tmp_path: Path) -> None:
     """Without POD_NAME/POD_NAMESPACE the replica elects itself as <hostname> in a Lease in `kuberhealthy`,
     and with no reporting URL configured its checker pods report to the in-cluster default."""
-    ensure_namespace(cluster, "kuberhealthy")
-    target = new_namespace(cluster, "cpn")
+    create_namespace(cluster, name="kuberhealthy")
+    target = create_namespace(cluster, "cpn")
     cluster.request("POST", khc(target), khcheck("urlc", "example.invalid/never:1", interval="1h", timeout="10m"))
-    port = loopback_port()
+    port = free_port()
     lease_name = "contract-defaults"
     f = tmp_path / "kh.yaml"
     f.write_text(f"listenAddress: '127.0.0.1:{port}'\ntargetNamespace: {target}\n"
@@ -229,7 +212,7 @@ def test_the_default_pod_namespace_is_kuberhealthy_and_pod_name_defaults_to_the_
     for k in ("POD_NAME", "POD_NAMESPACE", "KUBERNETES_SERVICE_HOST", "KH_EXTERNAL_REPORTING_URL"):
         env.pop(k, None)
     log = tmp_path / "out.log"
-    with running([sys.executable, "-m", "kuberhealthy.cli", "-c", str(f)], env, log) as proc:
+    with running([console_script(), "-c", str(f)], env, log) as proc:
         host = socket.gethostname()
 
         def holder() -> bool:
@@ -250,19 +233,19 @@ def test_the_default_pod_namespace_is_kuberhealthy_and_pod_name_defaults_to_the_
 
 
 def test_without_kubeconfig_the_daemon_uses_home_kube_config(cluster: TestCluster, tmp_path: Path) -> None:
-    ns = new_namespace(cluster, "chome")
+    ns = create_namespace(cluster, "chome")
     create_lease(cluster, ns, "kuberhealthy", "somebody-else", 3600)
     home = tmp_path / "home"
     (home / ".kube").mkdir(parents=True)
     (home / ".kube" / "config").write_text(cluster.kubeconfig.read_text())
-    port = loopback_port()
+    port = free_port()
     f = tmp_path / "kh.yaml"
     f.write_text(f"listenAddress: '127.0.0.1:{port}'\ntargetNamespace: {ns}\n")
     env = dict(os.environ, HOME=str(home), POD_NAMESPACE=ns, POD_NAME="kh-home", PYTHONUNBUFFERED="1")
     for k in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"):
         env.pop(k, None)
     log = tmp_path / "out.log"
-    with running([sys.executable, "-m", "kuberhealthy.cli", "--config", str(f)], env, log) as proc:
+    with running([console_script(), "--config", str(f)], env, log) as proc:
         def master() -> bool:
             alive(proc, log)
             try:
@@ -275,14 +258,14 @@ def test_without_kubeconfig_the_daemon_uses_home_kube_config(cluster: TestCluste
 def test_healthz_is_up_while_readyz_waits_for_the_caches(tmp_path: Path) -> None:
     """With the API server unreachable the process is alive (/healthz 200) but never ready (/readyz not 200)."""
     kc = tmp_path / "kubeconfig"
-    kc.write_text(kubeconfig_text(f"https://127.0.0.1:{loopback_port()}", "no-token"))
-    port = loopback_port()
+    kc.write_text(kubeconfig_text(f"https://127.0.0.1:{free_port()}", "no-token"))
+    port = free_port()
     f = tmp_path / "kh.yaml"
     f.write_text(f"listenAddress: '127.0.0.1:{port}'\ntargetNamespace: nowhere\n")
     env = dict(os.environ, KUBECONFIG=str(kc), POD_NAMESPACE="nowhere", POD_NAME="kh-unready", PYTHONUNBUFFERED="1")
     env.pop("KUBERNETES_SERVICE_HOST", None)
     log = tmp_path / "out.log"
-    with running([sys.executable, "-m", "kuberhealthy.cli", "--config", str(f)], env, log) as proc:
+    with running([console_script(), "--config", str(f)], env, log) as proc:
         def healthy() -> bool:
             alive(proc, log)
             try:

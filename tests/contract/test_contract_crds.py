@@ -10,10 +10,11 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.contract import GROUP, khc, khcheck, khj, khjob, khs, khstate, new_namespace
-from tests.harness.cluster import ADMIN_TOKEN, REPO, TestCluster
+from testbed.builders import GROUP, khc, khcheck, khj, khjob, khs, khstate
+from testbed.cluster import ADMIN_TOKEN, TestCluster
+from testbed.objects import create_namespace
+from testbed.paths import CRD_DIR
 
-CRD_DIR = REPO / "helm" / "kuberhealthy" / "crds"
 EXPECTED = {
     "khchecks": ("KuberhealthyCheck", "khc", ["runInterval", "timeout", "podSpec", "extraLabels", "extraAnnotations"]),
     "khstates": ("KuberhealthyState", "khs", ["OK", "Errors", "RunDuration", "Namespace", "Node", "LastRun",
@@ -70,7 +71,7 @@ def test_khstates_print_ok_and_last_run(cluster: TestCluster) -> None:
 
 
 def test_the_server_side_table_shows_ok_and_last_run_for_khstates(cluster: TestCluster) -> None:
-    ns = new_namespace(cluster, "ccrd")
+    ns = create_namespace(cluster, "ccrd")
     cluster.request("POST", khs(ns), khstate("tabled", OK=True, Errors=[], RunDuration="1s", Namespace=ns, Node="n",
                                              LastRun="2024-05-01T10:00:00Z", AuthoritativePod="p", uuid="u"))
     ctx = ssl.create_default_context()
@@ -97,7 +98,7 @@ def test_each_crd_schema_names_the_spec_fields_of_the_contract(cluster: TestClus
 
 
 def test_resources_keep_every_contract_field_through_the_api(cluster: TestCluster) -> None:
-    ns = new_namespace(cluster, "ccrd")
+    ns = create_namespace(cluster, "ccrd")
     check = khcheck("keep", interval="90s", timeout="1m30s", extraLabels={"a": "b"}, extraAnnotations={"c": "d"})
     check["spec"]["podSpec"]["containers"][0].update({"command": ["/bin/true"], "resources": {"limits": {"cpu": "1"}}})
     check["spec"]["podSpec"]["serviceAccountName"] = "checker"

@@ -12,19 +12,11 @@ from dataclasses import dataclass
 
 import pytest
 
-from tests.contract import (
-    finished_pod,
-    get_or_none,
-    khc,
-    khcheck,
-    new_namespace,
-    pods_path,
-    start_daemon,
-    wait_for,
-    wait_ready,
-)
-from tests.harness.cluster import TestCluster
-from tests.harness.daemon import DaemonProcess
+from testbed.builders import khc, khcheck, pods_path
+from testbed.cluster import TestCluster
+from testbed.daemon import DaemonProcess
+from testbed.objects import checker_pods, create_finished_pod, create_namespace, get_or_none
+from testbed.wait import wait_for
 
 
 @dataclass
@@ -36,33 +28,33 @@ class Reap:
 
 @pytest.fixture(scope="module")
 def reap(cluster: TestCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Reap]:
-    ns = new_namespace(cluster, "creap")
+    ns = create_namespace(cluster, "creap")
     # checks whose own runs never make a pod (no containers): every pod here is the test's
     for name in ("countc", "agec"):
         body = khcheck(name, interval="1h")
         body["spec"]["podSpec"] = {"containers": []}
         cluster.request("POST", khc(ns), body)
     for i in range(4):
-        finished_pod(cluster, ns, f"countc-s{i}", "countc", "Succeeded", 1 + i * 0.1)
+        create_finished_pod(cluster, ns, f"countc-s{i}", "countc", "Succeeded", 1 + i * 0.1)
     for i in range(3):
-        finished_pod(cluster, ns, f"countc-f{i}", "countc", "Failed", 1 + i * 0.1)
-    finished_pod(cluster, ns, "countc-live", "countc", "Running", 2)
-    finished_pod(cluster, ns, "agec-old", "agec", "Succeeded", 100)
-    finished_pod(cluster, ns, "agec-young", "agec", "Succeeded", 60)
-    daemon = start_daemon(cluster, tmp_path_factory.mktemp("reap"), "kh-reap", ns, {
+        create_finished_pod(cluster, ns, f"countc-f{i}", "countc", "Failed", 1 + i * 0.1)
+    create_finished_pod(cluster, ns, "countc-live", "countc", "Running", 2)
+    create_finished_pod(cluster, ns, "agec-old", "agec", "Succeeded", 100)
+    create_finished_pod(cluster, ns, "agec-young", "agec", "Succeeded", 60)
+    daemon = DaemonProcess(cluster, tmp_path_factory.mktemp("reap"), "kh-reap", ns, {
         "targetNamespace": ns, "enableForceMaster": True, "maxCompletedPodCount": 2, "maxErrorPodCount": 1,
-        "stateReaperInterval": "1h"}, env={"CHECK_REAPER_RUN_INTERVAL": "1s"})
+        "stateReaperInterval": "1h"})
+    daemon.env["CHECK_REAPER_RUN_INTERVAL"] = "1s"
     try:
-        wait_ready(daemon)
+        daemon.start().wait_serving()
         yield Reap(cluster, ns, daemon)
     finally:
         daemon.stop()
 
 
 def phases(r: Reap, check: str) -> dict[str, list[str]]:
-    items = r.cluster.request("GET", pods_path(r.ns) + f"?labelSelector=kuberhealthy-check-name%3D{check}")["items"]
     out: dict[str, list[str]] = {}
-    for p in items:
+    for p in checker_pods(r.cluster, r.ns, check):
         if "deletionTimestamp" not in p["metadata"]:
             out.setdefault(p["status"].get("phase", ""), []).append(p["metadata"]["name"])
     return out

@@ -18,35 +18,23 @@ from typing import Any
 import pytest
 import requests
 
-from tests.contract import (
+from testbed.builders import MERGE_PATCH, container, khc, khcheck, khj, khjob, pods_path
+from testbed.cluster import TestCluster
+from testbed.daemon import DaemonProcess
+from testbed.fakeinflux import FakeInflux
+from testbed.formats import parse_go_duration, parse_metrics, parse_rfc3339, promtool_check, split_line_protocol
+from testbed.objects import (
     NODE_ELSEWHERE,
-    FakeInflux,
-    container,
+    checker_pods,
+    create_checker_pod,
     create_lease,
-    fake_checker_pod,
-    fresh_pod_ip,
-    get_json,
-    get_or_none,
-    khc,
-    khcheck,
-    khj,
-    khjob,
-    khs,
+    create_namespace,
     lease_holder,
-    new_namespace,
-    parse_go_duration,
-    parse_metrics,
-    parse_rfc3339,
-    pods_path,
-    promtool_check,
-    split_line_protocol,
-    start_daemon,
-    wait_for,
-    wait_ready,
+    state_spec,
 )
-from tests.harness.cluster import TestCluster
-from tests.harness.daemon import DaemonProcess
-from tests.sim.kubelet import SimKubelet
+from testbed.rawhttp import get_json
+from testbed.sim.kubelet import SimKubelet
+from testbed.wait import wait_for
 
 DAEMON = "kh-runner"
 HOLD = "contract.example.com/hold"
@@ -102,16 +90,15 @@ CHECKS["labelc"]["spec"]["podSpec"]["restartPolicy"] = "Always"
 
 @pytest.fixture(scope="module")
 def env(cluster: TestCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
-    ns = new_namespace(cluster, "crun")
-    other = new_namespace(cluster, "cother")
+    ns = create_namespace(cluster, "crun")
+    other = create_namespace(cluster, "cother")
     offset = cluster.audit_offset()
     controller_pod = cluster.request("POST", pods_path(ns), {
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": DAEMON},
         "spec": {"nodeName": NODE_ELSEWHERE, "containers": [{"name": "kh", "image": "example.invalid/kh:1"}]}})
     create_lease(cluster, ns, "kuberhealthy", "someone-else", 3600)
     # an old checker pod of "cleanc" that cannot go away (finalizer): the run must give up waiting for it
-    fake_checker_pod(cluster, ns, "cleanc-old", fresh_pod_ip(58), check="cleanc", run_uuid=str(uuid.uuid4()),
-                     finalizers=[HOLD])
+    create_checker_pod(cluster, ns, "cleanc-old", check="cleanc", run_uuid=str(uuid.uuid4()), finalizers=[HOLD])
     rejected: dict[str, int] = {}
     for name, body in CHECKS.items():
         try:
@@ -126,21 +113,21 @@ def env(cluster: TestCluster, tmp_path_factory: pytest.TempPathFactory) -> Itera
     cluster.request("POST", khc(other), khcheck("elsewhere", "kh-sim/ok", interval="1s"))
     kubelet = SimKubelet(str(cluster.kubeconfig), nodes=3, namespace=ns).start()
     influx = FakeInflux().start()
-    daemon = start_daemon(cluster, tmp_path_factory.mktemp("runs"), DAEMON, ns, {
+    daemon = DaemonProcess(cluster, tmp_path_factory.mktemp("runs"), DAEMON, ns, {
         "targetNamespace": ns, "enableForceMaster": True,
         "enableInflux": True, "influxURL": influx.url, "influxDB": "khdb",
         "influxUsername": "u", "influxPassword": "p",
         "checkReaperRunInterval": "1h", "stateReaperInterval": "1h",
-    }, reporting_url="http://config-loses.invalid/externalCheckStatus",
-        env={"KH_EXTERNAL_REPORTING_URL": "{url}/externalCheckStatus"})
+        "externalCheckReportingURL": "http://config-loses.invalid/externalCheckStatus"})
+    daemon.env["KH_EXTERNAL_REPORTING_URL"] = f"{daemon.url}/externalCheckStatus"
     try:
-        wait_ready(daemon)
+        daemon.start().wait_serving()
         yield Env(cluster, ns, other, daemon, kubelet, influx, controller_pod, offset, rejected)
     finally:
         daemon.stop()
         try:
             cluster.request("PATCH", pods_path(ns, "cleanc-old"), {"metadata": {"finalizers": None}},
-                            content_type="application/merge-patch+json")
+                            content_type=MERGE_PATCH)
             cluster.request("DELETE", pods_path(ns, "cleanc-old") + "?gracePeriodSeconds=0")
         except urllib.error.HTTPError:
             pass
@@ -149,13 +136,11 @@ def env(cluster: TestCluster, tmp_path_factory: pytest.TempPathFactory) -> Itera
 
 
 def pods_of(e: Env, check: str) -> list[dict[str, Any]]:
-    items = e.cluster.request("GET", pods_path(e.ns) + f"?labelSelector=kuberhealthy-check-name%3D{check}")["items"]
-    return sorted(items, key=lambda p: p["metadata"]["creationTimestamp"])
+    return checker_pods(e.cluster, e.ns, check)
 
 
 def state(e: Env, name: str) -> dict[str, Any]:
-    obj = get_or_none(e.cluster, khs(e.ns, name))
-    return obj["spec"] if obj else {}
+    return state_spec(e.cluster, e.ns, name)
 
 
 def ts(s: str) -> float:

@@ -5,73 +5,71 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
+import yaml
 
 from kuberhealthy.kube import KHCHECKS, KHSTATES, LEASES
-from tests.harness.cluster import REPO, TestCluster
-from tests.harness.daemon import DaemonProcess, InProcessDaemon
-from tests.harness.pods import LivePodMonitor
-from tests.harness.wait import wait_for
+from kuberhealthy.server import _dual_stack
+from testbed.builders import MERGE_PATCH, khcheck
+from testbed.cluster import TestCluster
+from testbed.daemon import DaemonProcess, console_script
+from testbed.inprocess import InProcessDaemon
+from testbed.objects import lease_holder as holder_of
+from testbed.objects import state_spec
+from testbed.paths import REPO
+from testbed.podmonitor import LivePodMonitor
+from testbed.pytest_plugin import Daemons
+from testbed.sim.kubelet import SimKubelet
+from testbed.wait import wait_for
 
-FAST_ELECTION = {"leaseName": "kh-test", "leaseDuration": "6s", "renewDeadline": "4s", "retryPeriod": "1s"}
+LEASE = "kh-test"
+FAST_ELECTION = {"leaseName": LEASE, "leaseDuration": "6s", "renewDeadline": "4s", "retryPeriod": "1s"}
 
 
-def khcheck(name: str, image: str = "kh-sim/ok", interval: str = "2s", env: dict[str, str] | None = None,
-            timeout: str = "30s") -> dict[str, Any]:
-    return {"apiVersion": "comcast.github.io/v1", "kind": "KuberhealthyCheck", "metadata": {"name": name},
-            "spec": {"runInterval": interval, "timeout": timeout, "podSpec": {"containers": [
-                {"name": "main", "image": image, "env": [{"name": k, "value": v} for k, v in (env or {}).items()]}]}}}
+@pytest.fixture
+def daemon_settings() -> dict[str, Any]:
+    return {"stateReaperInterval": "500ms", "checkChangeDebounce": "1s"}
 
 
 def lease_holder(cluster: TestCluster, ns: str) -> str:
-    try:
-        return str(cluster.request("GET", LEASES.path(ns, "kh-test"))["spec"].get("holderIdentity") or "")
-    except Exception:  # noqa: BLE001 - not created yet
-        return ""
+    return holder_of(cluster, ns, LEASE) or ""
 
 
 def completed_by(cluster: TestCluster, ns: str, name: str) -> str:
     """Who recorded the last completed run (RunDuration is written at its end), or ""."""
-    try:
-        spec = cluster.request("GET", KHSTATES.path(ns, name))["spec"]
-    except Exception:  # noqa: BLE001
-        return ""
+    spec = state_spec(cluster, ns, name)
     return str(spec.get("AuthoritativePod") or "") if spec.get("RunDuration") else ""
 
 
 def authoritative(cluster: TestCluster, ns: str, name: str) -> str:
-    try:
-        return str(cluster.request("GET", KHSTATES.path(ns, name))["spec"].get("AuthoritativePod") or "")
-    except Exception:  # noqa: BLE001
-        return ""
+    return str(state_spec(cluster, ns, name).get("AuthoritativePod") or "")
+
+
+Replicas = Callable[[str, str | None], DaemonProcess]
 
 
 @pytest.fixture
-def replicas(cluster: TestCluster, namespace: str, kubelet: Any, tmp_path: Path) -> Iterator[list[DaemonProcess]]:
-    procs: list[DaemonProcess] = []
-
+def replicas(namespace: str, kubelet: SimKubelet, daemons: Daemons) -> Replicas:
+    """`replicas(name, report_to)`: a daemon process electing itself with FAST_ELECTION, reporting to
+    `report_to` (another replica's URL) or to itself."""
     def make(name: str, report_to: str | None) -> DaemonProcess:
-        p = DaemonProcess(cluster, tmp_path, name, namespace, {"targetNamespace": namespace,
-                                                               "leaderElection": FAST_ELECTION})
-        p.set_reporting_url((report_to or p.url) + "/externalCheckStatus")
-        procs.append(p)
+        p = daemons(name, {"targetNamespace": namespace, "leaderElection": FAST_ELECTION})
+        if report_to is not None:
+            p.set_reporting_url(report_to + "/externalCheckStatus")
         return p
-    yield make  # type: ignore[misc]
-    for p in procs:
-        p.stop()
+    return make
 
 
 @pytest.mark.parametrize("how", ["kill9", "sigterm"])
 def test_one_replica_leads_and_a_standby_takes_over_without_ever_running_a_check_twice(
-        cluster: TestCluster, namespace: str, replicas: Any, how: str) -> None:
-    cluster.request("POST", KHCHECKS.path(namespace), khcheck("pulse"))
+        cluster: TestCluster, namespace: str, replicas: Replicas, how: str) -> None:
+    cluster.request("POST", KHCHECKS.path(namespace), khcheck("pulse", interval="2s"))
     monitor = LivePodMonitor(str(cluster.kubeconfig), namespace).start()
     try:
         b = replicas("kh-b", None)  # every report goes to kh-b, the replica that survives in both scenarios
@@ -99,23 +97,16 @@ def test_one_replica_leads_and_a_standby_takes_over_without_ever_running_a_check
     assert len(monitor.creators) >= 2
 
 
-@pytest.fixture
-def daemon(cluster: TestCluster, namespace: str, kubelet: Any, no_thread_leaks: None) -> Iterator[InProcessDaemon]:
-    d = InProcessDaemon(cluster, namespace, {"stateReaperInterval": "500ms", "checkChangeDebounce": "1s"}).start()
-    yield d
-    d.stop()
-
-
 def test_editing_one_check_restarts_only_that_check(cluster: TestCluster, namespace: str,
                                                     daemon: InProcessDaemon) -> None:
     cluster.request("POST", KHCHECKS.path(namespace), khcheck("edited", interval="1s"))
-    cluster.request("POST", KHCHECKS.path(namespace), khcheck("steady", "kh-sim/slow", "1s", {"SIM_DELAY": "0.5"}))
+    cluster.request("POST", KHCHECKS.path(namespace), khcheck("steady", "kh-sim/slow", "1s", env={"SIM_DELAY": "0.5"}))
     ctl = daemon.services.controller
     wait_for(lambda: {f"{namespace}/edited", f"{namespace}/steady"} <= set(ctl.workers), what="both checks running")
     steady, edited = ctl.workers[f"{namespace}/steady"], ctl.workers[f"{namespace}/edited"]
     wait_for(lambda: steady.runs >= 1, what="a steady run")
     cluster.request("PATCH", KHCHECKS.path(namespace, "edited"), {"spec": {"runInterval": "3s"}},
-                    content_type="application/merge-patch+json")
+                    content_type=MERGE_PATCH)
     wait_for(lambda: ctl.workers.get(f"{namespace}/edited") not in (None, edited), what="edited restarted")
     assert ctl.workers[f"{namespace}/steady"] is steady and steady.is_alive()
     assert ctl.workers[f"{namespace}/edited"].spec.run_interval == 3
@@ -147,7 +138,7 @@ def test_checks_added_in_a_burst_are_reconciled_at_most_once_per_debounce(
 
 
 def run_cli(args: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "kuberhealthy.cli", *args], cwd=REPO, capture_output=True,
+    return subprocess.run([console_script(), *args], cwd=REPO, capture_output=True,
                           check=False, text=True, timeout=60, env=dict(os.environ, **(env or {})))
 
 
@@ -184,13 +175,24 @@ def test_help_documents_every_flag() -> None:
 
 def test_a_core_thread_that_dies_brings_the_daemon_to_a_stop(cluster: TestCluster, namespace: str,
                                                               daemon: InProcessDaemon) -> None:
+    class Crash(BaseException):  # what no loop top catches: the thread ends
+        pass
+
+    def crash(*_: object, **__: object) -> bool:
+        raise Crash()
+
+    cache = daemon.services.khstates
     assert not daemon.services.fatal.is_set()
-    daemon.services.khstates.stop()  # the cache thread ends while the daemon is not stopping
+    cache._watch = crash  # type: ignore[method-assign]  # the next watch of this cache ends its thread
+    cache._relist = crash  # type: ignore[method-assign]
+    if cache._stream is not None:
+        daemon.services.kube.shutdown_stream(cache._stream)  # end the current watch now
     assert daemon.services.fatal.wait(30)
+    assert daemon.services.deaths.names() == [cache.name]
 
 
 def test_sigterm_removes_the_running_checker_pod_and_releases_the_lease(
-        cluster: TestCluster, namespace: str, replicas: Any) -> None:
+        cluster: TestCluster, namespace: str, replicas: Replicas) -> None:
     cluster.request("POST", KHCHECKS.path(namespace), khcheck("stuck", "kh-sim/hang-silent", "1h", timeout="5m"))
     a = replicas("kh-a", None).start()
     pods = f"/api/v1/namespaces/{namespace}/pods"
@@ -204,7 +206,7 @@ def test_sigterm_removes_the_running_checker_pod_and_releases_the_lease(
 
 
 @pytest.fixture
-def slow_stopping_leader(cluster: TestCluster, namespace: str, replicas: Any) -> Iterator[DaemonProcess]:
+def slow_stopping_leader(cluster: TestCluster, namespace: str, replicas: Replicas) -> Iterator[DaemonProcess]:
     """A leader that has completed a run and whose graceful stop takes seconds: its InfluxDB accepts
     connections but never answers, so the forwarder's flush blocks during the stop."""
     with socket.socket() as silent:
@@ -213,7 +215,7 @@ def slow_stopping_leader(cluster: TestCluster, namespace: str, replicas: Any) ->
         cluster.request("POST", KHCHECKS.path(namespace), khcheck("pulse", "kh-sim/ok", "1h"))
         a = replicas("kh-a", None)
         a.settings.update(enableInflux=True, influxURL=f"http://127.0.0.1:{silent.getsockname()[1]}", influxDB="kh")
-        a.set_reporting_url(a.url + "/externalCheckStatus")
+        a.write_config()
         a.start()
         wait_for(lambda: completed_by(cluster, namespace, "pulse") == "kh-a", 60, what="a completed run")
         yield a
@@ -227,82 +229,56 @@ def test_a_second_sigterm_exits_at_once(slow_stopping_leader: DaemonProcess) -> 
     assert a.wait(60) == 1  # the graceful path exits 0; the second signal ends the process at once
 
 
-def test_a_bare_port_serves_ipv4_and_ipv6_callers(cluster: TestCluster, namespace: str, tmp_path: Path) -> None:
-    from kuberhealthy.server import _dual_stack
-    p = DaemonProcess(cluster, tmp_path, "kh-dual", namespace, {"targetNamespace": namespace,
-                                                                "enableForceMaster": True})
+def test_a_bare_port_serves_ipv4_and_ipv6_callers(namespace: str, daemons: Daemons) -> None:
+    p = daemons("kh-dual", {"targetNamespace": namespace, "enableForceMaster": True})
     p.settings["listenAddress"] = f":{p.port}"
-    p.set_reporting_url(p.url + "/externalCheckStatus")
-    p.start()
-
-    def healthy() -> bool:
-        try:
-            return requests.get(f"http://127.0.0.1:{p.port}/healthz", timeout=2).status_code == 200
-        except requests.ConnectionError:
-            return False  # not listening yet
-    try:
-        wait_for(healthy, 60, what="IPv4 healthz")
-        if _dual_stack():
-            assert requests.get(f"http://[::1]:{p.port}/healthz", timeout=5).status_code == 200
-    finally:
-        p.stop()
+    p.write_config()
+    p.start().wait_serving("/healthz")  # over IPv4
+    if _dual_stack():
+        assert requests.get(f"http://[::1]:{p.port}/healthz", timeout=5).status_code == 200
 
 
 def test_a_changed_config_file_is_applied_without_a_restart_and_a_bad_one_is_ignored(
-        cluster: TestCluster, namespace: str, kubelet: Any, tmp_path: Path) -> None:
-    import yaml
+        cluster: TestCluster, namespace: str, kubelet: SimKubelet, daemons: Daemons) -> None:
     cluster.request("POST", KHCHECKS.path(namespace), khcheck("pulse", "kh-sim/ok", "1s"))
-    p = DaemonProcess(cluster, tmp_path, "kh-reload", namespace, {"targetNamespace": namespace,
-                                                                  "enableForceMaster": True})
-    p.set_reporting_url(p.url + "/externalCheckStatus")
-    p.start()
-    try:
-        wait_for(lambda: authoritative(cluster, namespace, "pulse") == "kh-reload", 60, what="a first run")
-        p.config_path.write_text(yaml.safe_dump({**p.settings, "maxCompletedPodCount": 1}))
-        wait_for(lambda: "changed; applying it" in p.log(), 60, what="the reload")
-        uuid_after = cluster.request("GET", KHSTATES.path(namespace, "pulse"))["spec"]["uuid"]
-        wait_for(lambda: cluster.request("GET", KHSTATES.path(namespace, "pulse"))["spec"]["uuid"] != uuid_after,
-                 60, what="runs continue on the new config")
-        p.config_path.write_text("maxCheckPodAge: forever\n")
-        wait_for(lambda: "keeping the running config" in p.log(), 60, what="the bad file to be refused")
-        assert p.proc is not None and p.proc.poll() is None
-        assert requests.get(p.url + "/healthz", timeout=5).status_code == 200
-    finally:
-        p.stop()
+    p = daemons("kh-reload", {"targetNamespace": namespace, "enableForceMaster": True}).start()
+    wait_for(lambda: authoritative(cluster, namespace, "pulse") == "kh-reload", 60, what="a first run")
+    p.config_path.write_text(yaml.safe_dump({**p.settings, "maxCompletedPodCount": 1}))
+    wait_for(lambda: "changed; applying it" in p.log(), 60, what="the reload")
+    uuid_after = cluster.request("GET", KHSTATES.path(namespace, "pulse"))["spec"]["uuid"]
+    wait_for(lambda: cluster.request("GET", KHSTATES.path(namespace, "pulse"))["spec"]["uuid"] != uuid_after,
+             60, what="runs continue on the new config")
+    p.config_path.write_text("maxCheckPodAge: forever\n")
+    wait_for(lambda: "keeping the running config" in p.log(), 60, what="the bad file to be refused")
+    assert p.proc is not None and p.proc.poll() is None
+    assert requests.get(p.url + "/healthz", timeout=5).status_code == 200
 
 
 def test_a_config_reload_keeps_the_lease_and_the_running_checks_and_defers_restart_only_keys(
-        cluster: TestCluster, namespace: str, kubelet: Any, tmp_path: Path) -> None:
-    import yaml
-    cluster.request("POST", KHCHECKS.path(namespace), khcheck("steady", "kh-sim/slow", "2s", {"SIM_DELAY": "1"}))
-    p = DaemonProcess(cluster, tmp_path, "kh-live", namespace, {"targetNamespace": namespace,
-                                                                "leaderElection": FAST_ELECTION,
-                                                                "logLevel": "info"})
-    p.set_reporting_url(p.url + "/externalCheckStatus")
+        cluster: TestCluster, namespace: str, kubelet: SimKubelet, daemons: Daemons) -> None:
+    cluster.request("POST", KHCHECKS.path(namespace), khcheck("steady", "kh-sim/slow", "2s", env={"SIM_DELAY": "1"}))
+    p = daemons("kh-live", {"targetNamespace": namespace, "leaderElection": FAST_ELECTION, "logLevel": "info"})
     p.start()
-    try:
-        wait_for(lambda: lease_holder(cluster, namespace) == "kh-live", 60, what="leadership")
-        wait_for(lambda: completed_by(cluster, namespace, "steady") == "kh-live", 60, what="a first run")
-        before = cluster.request("GET", LEASES.path(namespace, "kh-test"))["spec"]
-        changed = {**p.settings, "maxCompletedPodCount": 1, "logLevel": "debug",
-                   "leaderElection": {**FAST_ELECTION, "retryPeriod": "2s"}, "listenAddress": "127.0.0.1:1"}
-        p.config_path.write_text(yaml.safe_dump(changed))
-        wait_for(lambda: "Applied the new config live" in p.log(), 60, what="the live reload")
-        log = p.log()
-        assert "leaderElection changed; it takes effect after a restart" in log
-        assert "listenAddress changed; it takes effect after a restart" in log
-        assert "Not leading" not in log and "Released Lease" not in log  # leadership never handed over
-        after = cluster.request("GET", LEASES.path(namespace, "kh-test"))["spec"]
-        assert after["holderIdentity"] == "kh-live"
-        assert (after["acquireTime"], after.get("leaseTransitions")) == (before["acquireTime"],
-                                                                         before.get("leaseTransitions"))
-        uuid_now = cluster.request("GET", KHSTATES.path(namespace, "steady"))["spec"]["uuid"]
-        wait_for(lambda: cluster.request("GET", KHSTATES.path(namespace, "steady"))["spec"]["uuid"] != uuid_now,
-                 60, what="runs continue")
-        assert f"Check {namespace}/steady changed: restarting" not in p.log()
-        assert requests.get(p.url + "/healthz", timeout=5).status_code == 200  # still on the old address
-    finally:
-        p.stop()
+    wait_for(lambda: lease_holder(cluster, namespace) == "kh-live", 60, what="leadership")
+    wait_for(lambda: completed_by(cluster, namespace, "steady") == "kh-live", 60, what="a first run")
+    before = cluster.request("GET", LEASES.path(namespace, LEASE))["spec"]
+    changed = {**p.settings, "maxCompletedPodCount": 1, "logLevel": "debug",
+               "leaderElection": {**FAST_ELECTION, "retryPeriod": "2s"}, "listenAddress": "127.0.0.1:1"}
+    p.config_path.write_text(yaml.safe_dump(changed))
+    wait_for(lambda: "Applied the new config live" in p.log(), 60, what="the live reload")
+    log = p.log()
+    assert "leaderElection changed; it takes effect after a restart" in log
+    assert "listenAddress changed; it takes effect after a restart" in log
+    assert "Not leading" not in log and "Released Lease" not in log  # leadership never handed over
+    after = cluster.request("GET", LEASES.path(namespace, LEASE))["spec"]
+    assert after["holderIdentity"] == "kh-live"
+    assert (after["acquireTime"], after.get("leaseTransitions")) == (before["acquireTime"],
+                                                                     before.get("leaseTransitions"))
+    uuid_now = cluster.request("GET", KHSTATES.path(namespace, "steady"))["spec"]["uuid"]
+    wait_for(lambda: cluster.request("GET", KHSTATES.path(namespace, "steady"))["spec"]["uuid"] != uuid_now,
+             60, what="runs continue")
+    assert f"Check {namespace}/steady changed: restarting" not in p.log()
+    assert requests.get(p.url + "/healthz", timeout=5).status_code == 200  # still on the old address
 
 
 def test_the_web_server_keeps_answering_until_the_checks_have_stopped(slow_stopping_leader: DaemonProcess) -> None:
@@ -321,5 +297,5 @@ def test_core_threads_ended_by_a_stop_are_not_taken_for_a_crash(cluster: TestClu
     d = InProcessDaemon(cluster, namespace).start()
     d.stop()
     assert not d.services.controller.is_alive()  # the core threads really are gone
-    assert d.services.check_core_threads() is False
+    assert d.services.check_deaths() is False
     assert not d.services.fatal.is_set()

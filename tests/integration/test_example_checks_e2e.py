@@ -12,10 +12,12 @@ import pytest
 import requests
 
 from kuberhealthy.kube import KHCHECKS, PODS
-from tests.harness.cluster import REPO, TestCluster
-from tests.harness.daemon import InProcessDaemon
-from tests.harness.wait import wait_for
-from tests.sim.kubelet import SimKubelet
+from testbed.builders import checker_pod, khcheck
+from testbed.cluster import TestCluster
+from testbed.inprocess import InProcessDaemon
+from testbed.paths import REPO
+from testbed.sim.kubelet import SimKubelet
+from testbed.wait import wait_for
 
 
 class _Target(http.server.BaseHTTPRequestHandler):
@@ -40,31 +42,19 @@ def target() -> Iterator[str]:
 
 
 @pytest.fixture
-def one_node_kubelet(cluster: TestCluster, namespace: str) -> Iterator[SimKubelet]:
+def kubelet_nodes() -> int:
     """One node: every hostNetwork pod shares its IP."""
-    sim = SimKubelet(str(cluster.kubeconfig), nodes=1, namespace=namespace)
-    sim.start()
-    yield sim
-    sim.stop()
-
-
-@pytest.fixture
-def daemon(cluster: TestCluster, namespace: str, one_node_kubelet: SimKubelet) -> Iterator[InProcessDaemon]:
-    d = InProcessDaemon(cluster, namespace).start()
-    yield d
-    d.stop()
+    return 1
 
 
 def example(name: str, script: str, env: dict[str, str], host_network: bool = False) -> dict[str, Any]:
-    pod_spec: dict[str, Any] = {"containers": [{
-        "name": "main", "image": "kh-sim/exec",
-        "command": [sys.executable, str(REPO / "examples" / "checks" / script / "check.py")],
-        "env": [{"name": "PYTHONPATH", "value": str(REPO / "kuberhealthy")},
-                *({"name": k, "value": v} for k, v in env.items())]}]}
+    body = khcheck(name, "kh-sim/exec", interval="1h", timeout="60s",
+                   env={"PYTHONPATH": str(REPO / "kuberhealthy"), **env})
+    body["spec"]["podSpec"]["containers"][0]["command"] = [
+        sys.executable, str(REPO / "examples" / "checks" / script / "check.py")]
     if host_network:
-        pod_spec["hostNetwork"] = True
-    return {"apiVersion": "comcast.github.io/v1", "kind": "KuberhealthyCheck", "metadata": {"name": name},
-            "spec": {"runInterval": "1h", "timeout": "60s", "podSpec": pod_spec}}
+        body["spec"]["podSpec"]["hostNetwork"] = True
+    return body
 
 
 def details(d: InProcessDaemon, key: str) -> dict[str, Any] | None:
@@ -75,11 +65,11 @@ def details(d: InProcessDaemon, key: str) -> dict[str, Any] | None:
 
 def test_the_http_example_check_reports_success_through_the_header_path(
         cluster: TestCluster, namespace: str, daemon: InProcessDaemon, target: str,
-        one_node_kubelet: SimKubelet) -> None:
+        kubelet: SimKubelet) -> None:
     cluster.request("POST", KHCHECKS.path(namespace), example("http", "http-check", {"CHECK_URL": target}))
     entry = wait_for(lambda: details(daemon, f"{namespace}/http"), 60, what="the http check's result")
     assert entry["OK"] is True and entry["Errors"] == []
-    (rec,) = [r for r in one_node_kubelet.records.values() if r.name.startswith("http-")]
+    (rec,) = [r for r in kubelet.records.values() if r.name.startswith("http-")]
     assert rec.exit_code == 0, rec.stderr
 
 
@@ -95,13 +85,9 @@ def test_a_host_network_check_sharing_its_ip_with_other_pods_is_still_identified
         cluster: TestCluster, namespace: str, daemon: InProcessDaemon, target: str) -> None:
     # Two other checker pods on the same node and network namespace: the source IP alone is ambiguous.
     for i in range(2):
-        daemon.services.resources.create(PODS, namespace, {
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": f"decoy-{i}", "labels": {"app": "kuberhealthy-check",
-                                                           "kuberhealthy-check-name": f"decoy-{i}",
-                                                           "kuberhealthy-run-id": f"decoy-{i}"}},
-            "spec": {"hostNetwork": True, "restartPolicy": "Never",
-                     "containers": [{"name": "main", "image": "kh-sim/hang-silent"}]}})
+        daemon.services.resources.create(PODS, namespace, checker_pod(
+            f"decoy-{i}", f"decoy-{i}", f"decoy-{i}", image="kh-sim/hang-silent", annotate=False, env_uuid=None,
+            host_network=True))
     wait_for(lambda: all((daemon.services.pods.get(namespace, f"decoy-{i}") or {}).get("status", {}).get("phase")
                          == "Running" for i in range(2)), 30, what="decoys running")
     cluster.request("POST", KHCHECKS.path(namespace),

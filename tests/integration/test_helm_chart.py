@@ -33,13 +33,17 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kuberhealthy import config as kh_config
 from kuberhealthy.kube import KHCHECKS, KHJOBS, KHSTATES
-from tests.harness.cluster import TestCluster
-from tests.harness.crds import load_crds
-from tests.harness.daemon import InProcessDaemon
-from tests.harness.helm import CHART, Helm
-from tests.harness.wait import wait_for
+from testbed.builders import API_VERSION, checker_pod, khc, khcheck, khjob, khs, khstate
+from testbed.cluster import TestCluster
+from testbed.crds import load_crds
+from testbed.helm import Helm
+from testbed.inprocess import InProcessDaemon
+from testbed.objects import create_namespace, delete_quietly
+from testbed.paths import CHART
+from testbed.sim.kubelet import SimKubelet
+from testbed.wait import wait_for
 
-GROUP_PATH = "/apis/comcast.github.io/v1"
+GROUP_PATH = f"/apis/{API_VERSION}"
 RBAC_KINDS = ("Role", "ClusterRole")
 
 
@@ -339,19 +343,27 @@ def _rules_by_resource(role: dict[str, Any]) -> dict[str, set[str]]:
 
 
 DAEMON_CHECK_RULES = {
-    "comcast.github.io/khchecks": {"get", "list", "watch"},
+    "comcast.github.io/khchecks": {"get", "list", "watch", "patch"},  # patch: the run-now annotation
     "comcast.github.io/khjobs": {"get", "list", "watch", "patch", "delete"},
     "comcast.github.io/khstates": {"get", "list", "watch", "create", "update", "delete"},
     "/pods": {"get", "list", "watch", "create", "delete"},
     "/pods/eviction": {"create"},
+    "/pods/log": {"get"},  # a failed checker's log tail for its history entry
+    "/events": {"create", "patch"},  # Events on khchecks and khjobs, repeats counted by a patch
 }
+TOKEN_REVIEW_RULES = {"authentication.k8s.io/tokenreviews": {"create"}}
+
+
+def cluster_roles_of_daemon(objs: list[dict[str, Any]]) -> dict[str, dict[str, set[str]]]:
+    """The rules of every ClusterRole bound to the daemon, by ClusterRole name."""
+    return {b["roleRef"]["name"]: _rules_by_resource(one(objs, "ClusterRole", b["roleRef"]["name"]))
+            for b in bound_to_daemon(objs, "ClusterRoleBinding")}
 
 
 def test_by_default_the_daemon_gets_exactly_its_check_rules_cluster_wide(helm: Helm) -> None:
     objs = helm.template()
-    (crb,) = bound_to_daemon(objs, "ClusterRoleBinding")
-    role = one(objs, "ClusterRole", crb["roleRef"]["name"])
-    assert _rules_by_resource(role) == DAEMON_CHECK_RULES
+    assert cluster_roles_of_daemon(objs) == {"kuberhealthy-monitoring": DAEMON_CHECK_RULES,
+                                             "kuberhealthy-monitoring-tokenreviews": TOKEN_REVIEW_RULES}
     (rb,) = bound_to_daemon(objs, "RoleBinding")
     lease_role = one(objs, "Role", rb["roleRef"]["name"])
     assert lease_role["metadata"]["namespace"] == "monitoring"
@@ -361,9 +373,11 @@ def test_by_default_the_daemon_gets_exactly_its_check_rules_cluster_wide(helm: H
                       "resourceNames": ["kuberhealthy"], "verbs": ["get", "update"]}]
 
 
-def test_with_a_target_namespace_the_daemon_gets_a_role_there_and_no_cluster_role(helm: Helm) -> None:
+def test_with_a_target_namespace_the_daemon_gets_a_role_there_and_a_cluster_role_only_for_token_reviews(
+        helm: Helm) -> None:
     objs = helm.template("targetNamespace=apps")
-    assert bound_to_daemon(objs, "ClusterRoleBinding") == []
+    # Only TokenReviews cluster-wide: they are not namespaced.
+    assert cluster_roles_of_daemon(objs) == {"kuberhealthy-monitoring-tokenreviews": TOKEN_REVIEW_RULES}
     bindings = {b["metadata"]["namespace"]: b for b in bound_to_daemon(objs, "RoleBinding")}
     assert set(bindings) == {"apps", "monitoring"}
     check_role = one(objs, "Role", bindings["apps"]["roleRef"]["name"])
@@ -396,6 +410,21 @@ def test_prometheus_values_render_scrape_annotations_or_a_service_monitor(helm: 
     assert "annotations" not in one(objs, "Service", "kuberhealthy")["metadata"]
 
     assert find(helm.template(), "ServiceMonitor") == []
+
+
+def test_the_prometheus_rule_alerts_per_check_on_repeated_failures_and_on_staleness(helm: Helm) -> None:
+    assert find(helm.template("prometheus.enabled=true"), "PrometheusRule") == []
+    objs = helm.template("prometheus.enabled=true", "prometheus.prometheusRule.enabled=true",
+                         "prometheus.prometheusRule.consecutiveFailures=5",
+                         "prometheus.prometheusRule.staleIntervals=4")
+    rules = {r["alert"]: r for g in one(objs, "PrometheusRule", "kuberhealthy")["spec"]["groups"] for r in g["rules"]}
+    assert {"KuberhealthyError", "ClusterUnhealthy", "KuberhealthyCheckFailing"} <= set(rules)  # v2's, kept
+    failing = rules["KuberhealthyCheckFailingRepeatedly"]["expr"]
+    assert failing == "max by (check, namespace) (kuberhealthy_check_consecutive_failures) >= 5"
+    stale = " ".join(rules["KuberhealthyCheckStale"]["expr"].split())
+    assert stale == ("time() - max by (check, namespace) (kuberhealthy_check_last_success_timestamp_seconds) "
+                     "> 4 * max by (check, namespace) (kuberhealthy_check_interval_seconds)")
+    assert "{{ $labels.check }}" in rules["KuberhealthyCheckStale"]["annotations"]["description"]
 
 
 def test_the_bundled_checks_render_as_valid_khchecks_with_their_own_service_accounts(helm: Helm) -> None:
@@ -650,20 +679,15 @@ def test_the_grafana_dashboard_is_off_by_default_and_a_sidecar_config_map_when_e
 
 
 def test_every_metric_the_dashboard_and_alert_rules_query_is_in_a_real_daemons_scrape(
-        helm: Helm, cluster: TestCluster, namespace: str, kubelet: Any) -> None:
+        helm: Helm, cluster: TestCluster, namespace: str, kubelet: SimKubelet) -> None:
     used: set[str] = set()
     for query in _dashboard_queries(json.loads(DASHBOARD.read_text())) + _rule_queries(helm):
         names = _metric_names(query)
         assert names, f"no metric in {query!r}"
         used |= names
 
-    podspec = {"containers": [{"name": "main", "image": "kh-sim/ok"}]}
-    cluster.request("POST", KHCHECKS.path(namespace), {
-        "apiVersion": "comcast.github.io/v1", "kind": "KuberhealthyCheck", "metadata": {"name": "scraped"},
-        "spec": {"runInterval": "1m", "timeout": "30s", "podSpec": podspec}})
-    cluster.request("POST", KHJOBS.path(namespace), {
-        "apiVersion": "comcast.github.io/v1", "kind": "KuberhealthyJob", "metadata": {"name": "scraped-job"},
-        "spec": {"timeout": "30s", "phase": "", "podSpec": podspec}})
+    cluster.request("POST", KHCHECKS.path(namespace), khcheck("scraped", interval="1m"))
+    cluster.request("POST", KHJOBS.path(namespace), khjob("scraped-job"))
     daemon = InProcessDaemon(cluster, namespace).start()
     try:
         def ran(name: str) -> bool:
@@ -717,12 +741,6 @@ def test_a_password_in_the_config_map_beside_the_secret_fails_the_render(helm: H
 
 # --- a real install, and the ServiceAccount's privileges -------------------------------------------------
 
-def _new_namespace(cluster: TestCluster, prefix: str) -> str:
-    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
-    cluster.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
-    return name
-
-
 @dataclass
 class Installed:
     namespace: str
@@ -740,11 +758,11 @@ class API:
         self.ctx.check_hostname = False
         self.ctx.verify_mode = ssl.CERT_NONE
 
-    def __call__(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+    def __call__(self, method: str, path: str, body: Any = None, merge: bool = False) -> tuple[int, Any]:
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(self.server + path, data=data, method=method)
         req.add_header("Authorization", f"Bearer {self.token}")
-        req.add_header("Content-Type", "application/json")
+        req.add_header("Content-Type", "application/merge-patch+json" if merge else "application/json")
         try:
             with urllib.request.urlopen(req, timeout=30, context=self.ctx) as resp:
                 raw = resp.read()
@@ -776,45 +794,31 @@ def _token_of(kubeconfig: Path) -> str:
 @pytest.fixture(scope="module")
 def installed(helm: Helm, cluster: TestCluster) -> Iterator[Installed]:
     """The chart installed once (defaults, CRDs skipped: the session installed them) for this module."""
-    ns = _new_namespace(cluster, "kh-chart")
+    ns = create_namespace(cluster, "kh-chart")
     proc = helm.run("install", "kuberhealthy", str(CHART), "--namespace", ns, "--skip-crds",
                     kubeconfig=cluster.kubeconfig)
     assert "STATUS: deployed" in proc.stdout
     token = _token_of(cluster.sa_kubeconfig(ns, "kuberhealthy"))
-    other = _new_namespace(cluster, "kh-other")
+    other = create_namespace(cluster, "kh-other")
     try:
         yield Installed(namespace=ns, other=other, token=token)
     finally:
         helm.run("uninstall", "kuberhealthy", "--namespace", ns, kubeconfig=cluster.kubeconfig, check=False)
         # Leave no khchecks behind for a daemon started by a later test to pick up.
-        _delete_quietly(cluster, f"{GROUP_PATH}/namespaces/{other}/khchecks/elsewhere",
-                        f"{GROUP_PATH}/namespaces/{other}/khchecks/keep-me")
-
-
-def _delete_quietly(cluster: TestCluster, *paths: str) -> None:
-    for path in paths:
-        try:
-            cluster.request("DELETE", path)
-        except urllib.error.HTTPError as e:
-            if e.code != 404:
-                raise
+        delete_quietly(cluster, khc(other, "elsewhere"), khc(other, "keep-me"))
 
 
 def _khstate(name: str) -> dict[str, Any]:
-    return {"apiVersion": "comcast.github.io/v1", "kind": "KuberhealthyState", "metadata": {"name": name},
-            "spec": {"OK": True, "Errors": [], "RunDuration": "1s", "Namespace": "x", "Node": "node-1",
-                     "AuthoritativePod": "kuberhealthy-0", "uuid": str(uuid.uuid4())}}
+    return khstate(name, OK=True, Errors=[], RunDuration="1s", Namespace="x", Node="node-1",
+                   AuthoritativePod="kuberhealthy-0", uuid=str(uuid.uuid4()))
 
 
 def _khcheck(name: str) -> dict[str, Any]:
-    return {"apiVersion": "comcast.github.io/v1", "kind": "KuberhealthyCheck", "metadata": {"name": name},
-            "spec": {"runInterval": "1m", "timeout": "30s",
-                     "podSpec": {"containers": [{"name": "main", "image": "busybox"}]}}}
+    return khcheck(name, "busybox", interval="1m")
 
 
 def _pod(name: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-            "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox"}]}}
+    return checker_pod(name, None, None, image="busybox")
 
 
 # Where each kind the chart renders is created (policy/v1beta1: the test API server is Kubernetes 1.20).
@@ -899,6 +903,23 @@ def test_the_service_account_can_create_update_and_delete_khstates(installed: In
     assert api("DELETE", f"{base}/state-check")[0] == 200
 
 
+def test_the_service_account_can_annotate_khchecks_read_checker_logs_raise_events_and_review_tokens(
+        installed: Installed, cluster: TestCluster) -> None:
+    cluster.request("POST", khc(installed.other, "annotated"), _khcheck("annotated"))
+    api = API(cluster, installed.token)
+    try:
+        status, body = api("PATCH", f"{GROUP_PATH}/namespaces/{installed.other}/khchecks/annotated",
+                           {"metadata": {"annotations": {"comcast.github.io/run-now": "x"}}}, merge=True)
+        assert status == 200, body
+        assert api.can("get", "pods", "", installed.other, subresource="log")
+        for verb in ("create", "patch"):
+            assert api.can(verb, "events", "", installed.other)
+        assert api.can("create", "tokenreviews", "authentication.k8s.io")
+        assert not api.can("get", "events", "", installed.other)  # Events are written, never read
+    finally:
+        delete_quietly(cluster, khc(installed.other, "annotated"))
+
+
 def test_the_service_account_can_create_evict_and_delete_checker_pods(
         installed: Installed, cluster: TestCluster) -> None:
     api = API(cluster, installed.token)
@@ -966,7 +987,6 @@ def test_the_service_account_cannot_read_secrets_delete_khchecks_or_create_deplo
     ("create", "khchecks", "comcast.github.io", ""),
     ("delete", "khchecks", "comcast.github.io", ""),
     ("update", "khchecks", "comcast.github.io", ""),
-    ("patch", "khchecks", "comcast.github.io", ""),
     ("update", "khjobs", "comcast.github.io", ""),
     ("patch", "khstates", "comcast.github.io", ""),
     ("deletecollection", "khstates", "comcast.github.io", ""),
@@ -998,8 +1018,8 @@ def test_helm_upgrade_rewrites_the_config_file_without_rolling_the_pods(
 
 def test_with_a_target_namespace_the_service_account_reaches_only_that_namespace(
         helm: Helm, cluster: TestCluster, namespace: str) -> None:
-    target = _new_namespace(cluster, "kh-target")
-    elsewhere = _new_namespace(cluster, "kh-elsewhere")
+    target = create_namespace(cluster, "kh-target")
+    elsewhere = create_namespace(cluster, "kh-elsewhere")
     helm.run("install", "kuberhealthy", str(CHART), "--namespace", namespace, "--skip-crds",
              "--set", f"targetNamespace={target}", kubeconfig=cluster.kubeconfig)
     try:
@@ -1017,5 +1037,4 @@ def test_with_a_target_namespace_the_service_account_reaches_only_that_namespace
         assert api.can("update", "leases", "coordination.k8s.io", namespace, "kuberhealthy")
     finally:
         helm.run("uninstall", "kuberhealthy", "--namespace", namespace, kubeconfig=cluster.kubeconfig, check=False)
-        _delete_quietly(cluster, f"{GROUP_PATH}/namespaces/{target}/khstates/s",
-                        f"/api/v1/namespaces/{target}/pods/checker")
+        delete_quietly(cluster, khs(target, "s"), f"/api/v1/namespaces/{target}/pods/checker")

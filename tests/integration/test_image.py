@@ -33,11 +33,15 @@ import requests
 import yaml
 
 from kuberhealthy.kube import KHCHECKS, KHSTATES
-from tests.harness.cluster import REPO, TestCluster, free_port
-from tests.harness.wait import wait_for
+from testbed.builders import khcheck
+from testbed.cluster import TestCluster
+from testbed.loopback import free_port
+from testbed.paths import CHART, REPO
+from testbed.sim.kubelet import SimKubelet
+from testbed.wait import wait_for
 
 IMAGE_SH = REPO / "hack" / "image.sh"
-CHART_VALUES = REPO / "helm" / "kuberhealthy" / "values.yaml"
+CHART_VALUES = CHART / "values.yaml"
 SESSION = uuid.uuid4().hex[:10]  # labels and names every container and image of this test session
 LABEL = f"kuberhealthy-image-test={SESSION}"
 
@@ -231,12 +235,6 @@ def test_the_image_has_no_pip_and_no_build_files(podman: Podman, image: Image) -
 
 # --- the daemon in the container -------------------------------------------------------------------------------
 
-def _khcheck(name: str) -> dict[str, Any]:
-    return {"apiVersion": "comcast.github.io/v1", "kind": "KuberhealthyCheck", "metadata": {"name": name},
-            "spec": {"runInterval": "3s", "timeout": "30s",
-                     "podSpec": {"containers": [{"name": "main", "image": "kh-sim/ok"}]}}}
-
-
 def _get(url: str) -> requests.Response | None:
     try:
         return requests.get(url, timeout=2)
@@ -245,7 +243,7 @@ def _get(url: str) -> requests.Response | None:
 
 
 def test_the_daemon_in_the_container_runs_a_check_against_the_api_server_and_serves_the_status_page(
-        podman: Podman, image: Image, cluster: TestCluster, namespace: str, kubelet: Any,
+        podman: Podman, image: Image, cluster: TestCluster, namespace: str, kubelet: SimKubelet,
         tmp_path: Path, request: pytest.FixtureRequest) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -260,7 +258,7 @@ def test_the_daemon_in_the_container_runs_a_check_against_the_api_server_and_ser
     kubeconfig.write_text(cluster.kubeconfig.read_text())
     for f in (config_dir / "kuberhealthy.yaml", kubeconfig):
         f.chmod(0o644)
-    cluster.request("POST", KHCHECKS.path(namespace), _khcheck("in-image"))
+    cluster.request("POST", KHCHECKS.path(namespace), khcheck("in-image", interval="3s"))
 
     name = f"kh-image-{SESSION}"
     podman("run", "-d", "--name", name, "--network", "host", "--timeout", "600", *_as_the_chart_runs_it(image),
@@ -337,7 +335,9 @@ def test_the_dockerfile_builds_a_wheel_then_installs_it_into_a_virtualenv_on_a_b
     assert json.loads(instrs["ENTRYPOINT"]) == ["/opt/kuberhealthy/bin/kuberhealthy"]  # exec form: no shell
     assert json.loads(instrs["CMD"]) == ["--config", "/etc/config/kuberhealthy.yaml"]
     assert instrs["EXPOSE"] == "8080"
-    assert "COPY" not in instrs  # the wheels are bind-mounted, never copied into a layer
+    # The wheels are bind-mounted, never copied into a layer; only their checksums are, so the install
+    # layer's cache key changes with them (a bind mount does not count in buildah's key: stale images).
+    assert [a for i, a in runtime if i == "COPY"] == ["--from=builder /wheels.sha256 /opt/kuberhealthy-wheels.sha256"]
     labels = " ".join(a for i, a in runtime if i == "LABEL")
     for key in ("title", "description", "version", "revision", "licenses", "url"):
         assert f"org.opencontainers.image.{key}=" in labels, key

@@ -13,9 +13,9 @@ from influxdb import InfluxDBClient
 
 from kuberhealthy import config as khconfig
 from kuberhealthy.influx import InfluxForwarder
-from tests.harness.cluster import free_port
-from tests.harness.influxd import InfluxD, influxd  # noqa: F401  (pytest fixture)
-from tests.harness.wait import wait_for
+from testbed.influxd import InfluxD
+from testbed.loopback import free_port
+from testbed.wait import wait_for
 
 
 def make_config(url: str, database: str) -> khconfig.Config:
@@ -24,7 +24,7 @@ def make_config(url: str, database: str) -> khconfig.Config:
 
 
 @pytest.fixture
-def admin(influxd: InfluxD) -> Iterator[InfluxDBClient]:  # noqa: F811
+def admin(influxd: InfluxD) -> Iterator[InfluxDBClient]:
     client = InfluxDBClient(host="127.0.0.1", port=influxd.http_port, timeout=10)
     yield client
     client.close()
@@ -47,7 +47,7 @@ def exactly(count: int, admin: InfluxDBClient, database: str, measurement: str) 
 
 
 def test_pushed_runs_arrive_with_v2_measurement_names_tags_and_values(
-        influxd: InfluxD, admin: InfluxDBClient, database: str, no_thread_leaks: None) -> None:  # noqa: F811
+        influxd: InfluxD, admin: InfluxDBClient, database: str) -> None:
     fwd = InfluxForwarder(make_config(influxd.url, database))
     fwd.start()
     try:
@@ -70,7 +70,7 @@ def test_pushed_runs_arrive_with_v2_measurement_names_tags_and_values(
 
 
 def test_spaces_in_names_become_underscores_in_the_measurement(
-        influxd: InfluxD, admin: InfluxDBClient, database: str, no_thread_leaks: None) -> None:  # noqa: F811
+        influxd: InfluxD, admin: InfluxDBClient, database: str) -> None:
     fwd = InfluxForwarder(make_config(influxd.url, database))
     fwd.start()
     fwd.push("my ns", "my check", True, [], 0.5)
@@ -82,7 +82,7 @@ def test_spaces_in_names_become_underscores_in_the_measurement(
 
 
 def test_stop_flushes_everything_queued_before_the_thread_ends(
-        influxd: InfluxD, admin: InfluxDBClient, database: str, no_thread_leaks: None) -> None:  # noqa: F811
+        influxd: InfluxD, admin: InfluxDBClient, database: str) -> None:
     fwd = InfluxForwarder(make_config(influxd.url, database))
     for i in range(300):  # queued before the sender starts: more than one batch
         fwd.push("ns", "burst", i % 2 == 0, [], float(i))
@@ -95,7 +95,7 @@ def test_stop_flushes_everything_queued_before_the_thread_ends(
 
 
 def test_a_dead_influxdb_never_blocks_a_push_and_stop_returns_within_its_deadline(
-        no_thread_leaks: None, caplog: pytest.LogCaptureFixture) -> None:
+        caplog: pytest.LogCaptureFixture) -> None:
     closed_port = free_port()  # nothing listens here
     fwd = InfluxForwarder(make_config(f"http://127.0.0.1:{closed_port}", "kh"), client_timeout=1.0,
                           flush_timeout=2.0)
@@ -109,7 +109,7 @@ def test_a_dead_influxdb_never_blocks_a_push_and_stop_returns_within_its_deadlin
     assert any("Dropping" in r.getMessage() for r in caplog.records if r.levelno == logging.ERROR)
 
 
-def test_an_influxdb_that_never_answers_cannot_hold_up_a_push_or_shutdown(no_thread_leaks: None) -> None:
+def test_an_influxdb_that_never_answers_cannot_hold_up_a_push_or_shutdown() -> None:
     with socket.socket() as silent:  # accepts connections (kernel backlog) but never replies
         silent.bind(("127.0.0.1", 0))
         silent.listen(16)
@@ -135,7 +135,7 @@ def test_an_influxdb_that_never_answers_cannot_hold_up_a_push_or_shutdown(no_thr
 
 
 def test_a_missing_database_is_reported_and_not_created(
-        influxd: InfluxD, admin: InfluxDBClient, no_thread_leaks: None,  # noqa: F811
+        influxd: InfluxD, admin: InfluxDBClient,
         caplog: pytest.LogCaptureFixture) -> None:
     name = "kh_missing_" + uuid.uuid4().hex[:8]
     fwd = InfluxForwarder(make_config(influxd.url, name))

@@ -1,30 +1,15 @@
 """khjobs run once: phase "" → Running → Completed, result in the khstate of the same name."""
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 import requests
 
 from kuberhealthy.kube import KHJOBS, KHSTATES
-from tests.harness.cluster import TestCluster
-from tests.harness.daemon import InProcessDaemon
-from tests.harness.wait import wait_for
-
-
-@pytest.fixture
-def daemon(cluster: TestCluster, namespace: str, kubelet: Any) -> Iterator[InProcessDaemon]:
-    d = InProcessDaemon(cluster, namespace).start()
-    yield d
-    d.stop()
-
-
-def khjob(name: str, image: str, phase: str | None = "") -> dict[str, Any]:
-    spec: dict[str, Any] = {"timeout": "30s", "podSpec": {"containers": [{"name": "main", "image": image}]}}
-    if phase is not None:
-        spec["phase"] = phase
-    return {"apiVersion": "comcast.github.io/v1", "kind": "KuberhealthyJob", "metadata": {"name": name}, "spec": spec}
+from testbed.builders import khjob
+from testbed.cluster import TestCluster
+from testbed.inprocess import InProcessDaemon
+from testbed.wait import wait_for
 
 
 def test_a_new_khjob_runs_once_and_is_marked_completed(cluster: TestCluster, namespace: str,

@@ -4,15 +4,7 @@ from __future__ import annotations
 import pytest
 
 from kuberhealthy import khstate
-from kuberhealthy.kube import KHSTATES, Kube, Resources
-from tests.harness.cluster import TestCluster
-
-
-@pytest.fixture
-def res(cluster: TestCluster) -> Resources:
-    kube = Kube.connect(str(cluster.kubeconfig))
-    yield Resources(kube)
-    kube.close()
+from kuberhealthy.kube import KHSTATES, Resources
 
 
 def test_a_report_is_stored_even_when_the_cached_copy_predates_the_runs_claim(res: Resources,

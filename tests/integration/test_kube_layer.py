@@ -7,26 +7,13 @@ import time
 import pytest
 
 from kuberhealthy.errors import Conflict, NotFound
-from kuberhealthy.kube import KHCHECKS, KHSTATES, PODS, Kube, Notifier, Reflector, Resources
-from tests.harness.cluster import TestCluster
-from tests.harness.wait import wait_for
-
-
-def khcheck(name: str, interval: str = "10m") -> dict:
-    return {"apiVersion": "comcast.github.io/v1", "kind": "KuberhealthyCheck", "metadata": {"name": name},
-            "spec": {"runInterval": interval, "timeout": "2m",
-                     "podSpec": {"containers": [{"name": "main", "image": "kh-sim/ok"}]}}}
-
-
-@pytest.fixture
-def res(cluster: TestCluster) -> Resources:
-    kube = Kube.connect(str(cluster.kubeconfig))
-    yield Resources(kube)
-    kube.close()
+from kuberhealthy.kube import KHCHECKS, KHSTATES, PODS, Notifier, Reflector, Resources
+from testbed.builders import checker_pod, khcheck
+from testbed.wait import wait_for
 
 
 def test_a_khcheck_created_through_the_api_reads_back_with_its_spec(res: Resources, namespace: str) -> None:
-    res.create(KHCHECKS, namespace, khcheck("dns"))
+    res.create(KHCHECKS, namespace, khcheck("dns", interval="10m"))
     got = res.get(KHCHECKS, namespace, "dns")
     assert got["spec"]["runInterval"] == "10m"
     assert got["spec"]["podSpec"]["containers"][0]["image"] == "kh-sim/ok"
@@ -65,8 +52,7 @@ def test_update_with_retry_survives_a_concurrent_writer(res: Resources, namespac
     assert len(calls) == 2
 
 
-def test_the_reflector_lists_then_follows_adds_changes_and_deletes(res: Resources, namespace: str,
-                                                                    no_thread_leaks: None) -> None:
+def test_the_reflector_lists_then_follows_adds_changes_and_deletes(res: Resources, namespace: str) -> None:
     res.create(KHCHECKS, namespace, khcheck("before"))
     events: list[tuple[str, str]] = []
     r = Reflector(res.kube, KHCHECKS, namespace=namespace, name="kh-test-reflector")
@@ -114,9 +100,7 @@ def test_the_reflector_indexes_pods_by_label(res: Resources, namespace: str) -> 
     r.start()
     try:
         assert r.synced.wait(10)
-        res.create(PODS, namespace, {"apiVersion": "v1", "kind": "Pod", "metadata": {
-            "name": "p1", "labels": {"app": "kuberhealthy-check", "kuberhealthy-run-id": "u-1"}},
-            "spec": {"containers": [{"name": "c", "image": "x"}]}})
+        res.create(PODS, namespace, checker_pod("p1", None, "u-1", image="x", env_uuid=None))
         wait_for(lambda: r.by_index("uuid", "u-1"), what="indexed pod")
         res.delete(PODS, namespace, "p1")
         wait_for(lambda: not r.by_index("uuid", "u-1"), what="index cleared")
@@ -126,8 +110,7 @@ def test_the_reflector_indexes_pods_by_label(res: Resources, namespace: str) -> 
 
 
 def test_evicting_a_pod_falls_back_to_what_the_server_serves(res: Resources, namespace: str) -> None:
-    res.create(PODS, namespace, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "ev"},
-                                 "spec": {"containers": [{"name": "c", "image": "x"}]}})
+    res.create(PODS, namespace, checker_pod("ev", None, None, image="x"))
     assert res.evict_pod(namespace, "ev") in ("evicted", "deleted")
     with pytest.raises(NotFound):
         res.get(PODS, namespace, "ev")

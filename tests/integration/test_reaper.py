@@ -5,7 +5,6 @@ status subresource; unbound pods vanish as soon as they are deleted.
 """
 from __future__ import annotations
 
-import datetime as dt
 import time
 import urllib.error
 from collections.abc import Callable, Iterator
@@ -18,11 +17,10 @@ from kuberhealthy.khstate import new_body
 from kuberhealthy.kube import KHSTATES, Kube
 from kuberhealthy.reaper import CheckReaper, StateReaper
 from kuberhealthy.services import Services
-from tests.harness.cluster import TestCluster
-from tests.harness.wait import wait_for
-
-CR = "/apis/comcast.github.io/v1/namespaces"
-POD_SPEC = {"containers": [{"name": "main", "image": "kh-sim/ok"}], "restartPolicy": "Never"}
+from testbed.builders import cr_path, khc, khcheck, khj, khjob, khs
+from testbed.cluster import TestCluster
+from testbed.objects import create_finished_pod
+from testbed.wait import wait_for
 
 MakeServices = Callable[..., Services]
 
@@ -47,31 +45,10 @@ def make_services(cluster: TestCluster, namespace: str) -> Iterator[MakeServices
         services.kube.close()
 
 
-def rfc3339(seconds_ago: float) -> str:
-    t = dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=seconds_ago)
-    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def make_pod(cluster: TestCluster, ns: str, name: str, check: str, phase: str = "Pending",
              finished_ago: float = 0.0) -> None:
-    cluster.request("POST", f"/api/v1/namespaces/{ns}/pods", {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "labels": {"app": "kuberhealthy-check", "kuberhealthy-check-name": check,
-                                              "kuberhealthy-run-id": f"run-{name}"},
-                     "annotations": {"comcast.github.io/check-name": check}},
-        "spec": POD_SPEC})
-    if phase == "Pending":
-        return
-    if phase == "Running":
-        state: dict[str, Any] = {"running": {"startedAt": rfc3339(60)}}
-    else:
-        state = {"terminated": {"exitCode": 0 if phase == "Succeeded" else 1, "startedAt": rfc3339(finished_ago + 5),
-                                "finishedAt": rfc3339(finished_ago),
-                                "reason": "Completed" if phase == "Succeeded" else "Error"}}
-    cluster.request("PATCH", f"/api/v1/namespaces/{ns}/pods/{name}/status", {"status": {
-        "phase": phase, "containerStatuses": [{"name": "main", "image": "kh-sim/ok", "imageID": "",
-                                               "restartCount": 0, "ready": False, "state": state}]}},
-                    content_type="application/merge-patch+json")
+    """A checker pod of `check`, finished (or started, Running) `finished_ago` seconds ago."""
+    create_finished_pod(cluster, ns, name, check, phase, finished_ago / 3600, run_uuid=f"run-{name}", node_name=None)
 
 
 def pod_names(cluster: TestCluster, ns: str) -> set[str]:
@@ -82,30 +59,19 @@ def cached_phases(services: Services) -> dict[str, str]:
     return {p["metadata"]["name"]: (p.get("status") or {}).get("phase", "") for p in services.pods.list()}
 
 
-def make_cr(cluster: TestCluster, ns: str, plural: str, name: str, body: dict[str, Any] | None = None) -> None:
-    kinds = {"khchecks": "KuberhealthyCheck", "khjobs": "KuberhealthyJob"}
-    doc = body or {"apiVersion": "comcast.github.io/v1", "kind": kinds[plural], "metadata": {"name": name},
-                   "spec": {"timeout": "2m", "podSpec": POD_SPEC}}
-    cluster.request("POST", f"{CR}/{ns}/{plural}", doc)
-
-
 def make_job(cluster: TestCluster, ns: str, name: str, phase: str | None) -> None:
-    spec: dict[str, Any] = {"timeout": "2m", "podSpec": POD_SPEC}
-    if phase:
-        spec["phase"] = phase
-    make_cr(cluster, ns, "khjobs", name, {"apiVersion": "comcast.github.io/v1", "kind": "KuberhealthyJob",
-                                          "metadata": {"name": name}, "spec": spec})
+    cluster.request("POST", khj(ns), khjob(name, timeout="2m", phase=phase))
 
 
 def make_state(cluster: TestCluster, ns: str, name: str) -> dict[str, Any]:
     body = new_body(ns, name, "kh-test-0")
     # Non-empty strings: API servers before 1.21 built with Go >= 1.16 decode "" as null (kubernetes#99804).
     body["spec"].update({"Node": "node-1", "uuid": f"run-{name}", "RunDuration": "1s"})
-    return dict(cluster.request("POST", f"{CR}/{ns}/khstates", body))
+    return dict(cluster.request("POST", khs(ns), body))
 
 
 def cr_names(cluster: TestCluster, ns: str, plural: str) -> set[str]:
-    return {o["metadata"]["name"] for o in cluster.request("GET", f"{CR}/{ns}/{plural}")["items"]}
+    return {o["metadata"]["name"] for o in cluster.request("GET", cr_path(plural, ns))["items"]}
 
 
 # --- the check reaper ---------------------------------------------------------------------------------
@@ -136,7 +102,7 @@ def test_the_check_reaper_keeps_the_newest_finished_pods_per_check_and_never_tou
 
 
 def test_the_check_reaper_thread_removes_old_completed_khjobs_and_keeps_the_rest(
-        no_thread_leaks: None, cluster: TestCluster, namespace: str, make_services: MakeServices) -> None:
+        cluster: TestCluster, namespace: str, make_services: MakeServices) -> None:
     services = make_services(maxKHJobAge="15m")
     make_job(cluster, namespace, "done", "Completed")
     make_job(cluster, namespace, "running", "Running")
@@ -165,7 +131,7 @@ def test_a_completed_khjob_younger_than_the_max_age_is_kept(
 
 
 def test_a_check_reaper_stops_promptly_and_a_new_one_takes_over(
-        no_thread_leaks: None, cluster: TestCluster, namespace: str, make_services: MakeServices) -> None:
+        cluster: TestCluster, namespace: str, make_services: MakeServices) -> None:
     services = make_services(maxCompletedPodCount=0)
     slow = CheckReaper(services, interval=3600.0)
     slow.start()
@@ -190,9 +156,9 @@ def test_a_check_reaper_stops_promptly_and_a_new_one_takes_over(
 
 
 def test_the_state_reaper_removes_khstates_without_a_khcheck_or_khjob(
-        no_thread_leaks: None, cluster: TestCluster, namespace: str, make_services: MakeServices) -> None:
+        cluster: TestCluster, namespace: str, make_services: MakeServices) -> None:
     services = make_services()
-    make_cr(cluster, namespace, "khchecks", "withcheck")
+    cluster.request("POST", khc(namespace), khcheck("withcheck", interval=None, timeout="2m"))
     make_job(cluster, namespace, "withjob", "Completed")
     for name in ("withcheck", "withjob", "orphan"):
         make_state(cluster, namespace, name)
@@ -202,7 +168,7 @@ def test_the_state_reaper_removes_khstates_without_a_khcheck_or_khjob(
     reaper.start()
     try:
         wait_for(lambda: "orphan" not in cr_names(cluster, namespace, "khstates"), what="the orphan to go")
-        cluster.request("DELETE", f"{CR}/{namespace}/khchecks/withcheck")  # its state becomes an orphan
+        cluster.request("DELETE", khc(namespace, "withcheck"))  # its state becomes an orphan
         wait_for(lambda: cr_names(cluster, namespace, "khstates") == {"withjob"}, what="the second orphan to go")
     finally:
         reaper.stop()
@@ -215,7 +181,7 @@ def test_a_khcheck_the_cache_has_not_seen_yet_keeps_its_state(
         cluster: TestCluster, namespace: str, make_services: MakeServices,
         monkeypatch: pytest.MonkeyPatch) -> None:
     services = make_services()
-    make_cr(cluster, namespace, "khchecks", "lagging")
+    cluster.request("POST", khc(namespace), khcheck("lagging", interval=None, timeout="2m"))
     make_job(cluster, namespace, "lagging-job", "Running")
     for name in ("lagging", "lagging-job", "orphan"):
         make_state(cluster, namespace, name)
@@ -241,7 +207,7 @@ def test_a_khstate_recreated_since_the_cache_saw_it_is_not_deleted(
     monkeypatch.setattr(services.khstates, "list", lambda: [old])  # the cache still holds the first one
 
     assert StateReaper(services).reap_once() == []
-    got = cluster.request("GET", f"{CR}/{namespace}/khstates/reborn")
+    got = cluster.request("GET", khs(namespace, "reborn"))
     assert got["metadata"]["uid"] == new["metadata"]["uid"]
 
 
@@ -254,4 +220,4 @@ def test_the_state_reaper_waits_for_its_caches_before_judging(
     assert StateReaper(services).reap_once() == []
     assert cr_names(cluster, namespace, "khstates") == {"orphan"}
     with pytest.raises(urllib.error.HTTPError):
-        cluster.request("GET", f"{CR}/{namespace}/khchecks/orphan")
+        cluster.request("GET", khc(namespace, "orphan"))

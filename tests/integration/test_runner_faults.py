@@ -3,7 +3,7 @@ a pod stuck Terminating does not block the next run; a run the API made impossib
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -13,17 +13,11 @@ from kuberhealthy.errors import ServerError, Unreachable
 from kuberhealthy.kube import KHJOBS, KHSTATES, PODS
 from kuberhealthy.runner import Outcome, Runner
 from kuberhealthy.runstats import SKIP_API
-from tests.harness.cluster import TestCluster
-from tests.harness.daemon import InProcessDaemon
-from tests.harness.wait import wait_for
-from tests.integration.test_runner import spec, state
-
-
-@pytest.fixture
-def daemon(cluster: TestCluster, namespace: str, kubelet: Any) -> Iterator[InProcessDaemon]:
-    d = InProcessDaemon(cluster, namespace).start()
-    yield d
-    d.stop()
+from testbed.builders import MERGE_PATCH, checker_pod, khjob
+from testbed.cluster import TestCluster
+from testbed.inprocess import InProcessDaemon, check_spec, state_of
+from testbed.sim.kubelet import SimKubelet
+from testbed.wait import wait_for
 
 
 def flaky(fn: Callable[..., Any], failures: int, error: Exception) -> Callable[..., Any]:
@@ -43,20 +37,20 @@ def test_api_errors_at_claim_create_and_record_are_retried_and_the_run_succeeds(
     res = daemon.services.resources
     monkeypatch.setattr(res, "replace", flaky(res.replace, 2, Unreachable("PUT: connection refused")))
     monkeypatch.setattr(res, "create", flaky(res.create, 1, ServerError("POST: 503", status=503)))
-    result = Runner(daemon.services, spec(namespace, "kh-sim/ok"), threading.Event()).run()
+    result = Runner(daemon.services, check_spec(namespace, "kh-sim/ok"), threading.Event()).run()
     assert result.outcome is Outcome.REPORTED, result
-    s = state(daemon, namespace)
+    s = state_of(daemon, namespace)
     assert s.ok is True and s.errors == () and s.run_duration
 
 
 def test_a_run_the_api_server_makes_impossible_is_skipped_not_failed(
         daemon: InProcessDaemon, namespace: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    Runner(daemon.services, spec(namespace, "kh-sim/ok"), threading.Event()).run()  # a good result first
+    Runner(daemon.services, check_spec(namespace, "kh-sim/ok"), threading.Event()).run()  # a good result first
     res = daemon.services.resources
     monkeypatch.setattr(res, "create", flaky(res.create, 10**6, Unreachable("POST: connection refused")))
-    result = Runner(daemon.services, spec(namespace, "kh-sim/ok", timeout="3s"), threading.Event()).run()
+    result = Runner(daemon.services, check_spec(namespace, "kh-sim/ok", timeout="3s"), threading.Event()).run()
     assert result.outcome is Outcome.SKIPPED and result.skip_reason == SKIP_API
-    s = state(daemon, namespace)
+    s = state_of(daemon, namespace)
     assert s.ok is True and s.errors == ()  # the last real result stands
     assert daemon.services.stats.skipped_count(SKIP_API) == 1
 
@@ -64,35 +58,27 @@ def test_a_run_the_api_server_makes_impossible_is_skipped_not_failed(
 def test_a_checker_pod_stuck_terminating_does_not_block_the_next_run(
         cluster: TestCluster, daemon: InProcessDaemon, namespace: str) -> None:
     # A pod on a node that is gone: deleted, but nobody ever confirms it (no kubelet): Terminating forever.
-    lost = {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "probe-1", "namespace": namespace,
-                         "labels": {"app": "kuberhealthy-check", "kuberhealthy-check-name": "probe",
-                                    "kuberhealthy-run-id": "old-run"}},
-            "spec": {"nodeName": "lost-node", "restartPolicy": "Never",
-                     "containers": [{"name": "main", "image": "kh-sim/ok"}]}}
+    lost = checker_pod("probe-1", "probe", "old-run", annotate=False, env_uuid=None, node_name="lost-node")
     cluster.request("POST", PODS.path(namespace), lost)
     cluster.request("PATCH", PODS.path(namespace, "probe-1", "status"), {"status": {"phase": "Running"}},
-                    content_type="application/merge-patch+json")
+                    content_type=MERGE_PATCH)
     cluster.request("DELETE", PODS.path(namespace, "probe-1"), {"gracePeriodSeconds": 300})
     wait_for(lambda: (daemon.services.pods.get(namespace, "probe-1") or {}).get("metadata", {})
              .get("deletionTimestamp"), what="the lost pod Terminating in the cache")
-    first = Runner(daemon.services, spec(namespace, "kh-sim/ok", timeout="3s"), threading.Event()).run()
+    first = Runner(daemon.services, check_spec(namespace, "kh-sim/ok", timeout="3s"), threading.Event()).run()
     assert first.outcome is Outcome.FAILED  # reported once, with v2's reason
-    assert state(daemon, namespace).errors == (
+    assert state_of(daemon, namespace).errors == (
         f"Check execution error: {namespace}/probe: failed to see pod cleanup within timeout",)
     for _ in range(2):
-        result = Runner(daemon.services, spec(namespace, "kh-sim/ok"), threading.Event()).run()
+        result = Runner(daemon.services, check_spec(namespace, "kh-sim/ok"), threading.Event()).run()
         assert result.outcome is Outcome.REPORTED, result
-    assert state(daemon, namespace).ok is True
+    assert state_of(daemon, namespace).ok is True
     assert len(daemon.services.stuck_terminating) == 1
 
 
 def test_a_khjob_left_running_by_a_previous_leader_is_run_again(
-        cluster: TestCluster, namespace: str, kubelet: Any) -> None:
-    job = {"apiVersion": "comcast.github.io/v1", "kind": "KuberhealthyJob", "metadata": {"name": "orphaned"},
-           "spec": {"phase": "Running", "timeout": "30s",
-                    "podSpec": {"containers": [{"name": "main", "image": "kh-sim/ok"}]}}}
-    cluster.request("POST", KHJOBS.path(namespace), job)
+        cluster: TestCluster, namespace: str, kubelet: SimKubelet) -> None:
+    cluster.request("POST", KHJOBS.path(namespace), khjob("orphaned", phase="Running"))
     d = InProcessDaemon(cluster, namespace).start()
     try:
         wait_for(lambda: cluster.request("GET", KHJOBS.path(namespace, "orphaned"))["spec"].get("phase")

@@ -8,22 +8,23 @@ import json
 import sys
 import threading
 import time
-import urllib.error
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
-from tests.harness.cluster import TestCluster
-from tests.harness.wait import wait_for
-from tests.sim import kubelet as kubelet_module
-from tests.sim.api import RawApi, SimApiError
-from tests.sim.behaviours import Behaviour, behaviour_for_image
-from tests.sim.kubelet import SimKubelet, _cut
-from tests.sim.receiver import Answer, ReportReceiver
-from tests.sim.records import Outcome
-from tests.sim.retry import retry_after_seconds
+from testbed.builders import container, pods_path
+from testbed.cluster import TestCluster
+from testbed.objects import get_or_none
+from testbed.sim import kubelet as kubelet_module
+from testbed.sim.api import RawApi, SimApiError
+from testbed.sim.behaviours import Behaviour, behaviour_for_image
+from testbed.sim.kubelet import SimKubelet
+from testbed.sim.receiver import Answer, ReportReceiver
+from testbed.sim.records import Outcome
+from testbed.sim.retry import retry_after_seconds
+from testbed.wait import wait_for
 
 DEADLINE = 30.0
 
@@ -31,28 +32,23 @@ DEADLINE = 30.0
 def make_pod(cluster: TestCluster, namespace: str, name: str, image: str, env: dict[str, str] | None = None,
              *, command: list[str] | None = None, host_network: bool = False, node: str | None = None,
              extra_env: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    container: dict[str, Any] = {"name": "main", "image": image,
-                                 "env": [{"name": k, "value": v} for k, v in (env or {}).items()]
-                                 + (extra_env or [])}
+    c = container(image, env=env)
+    c["env"] += extra_env or []
     if command:
-        container["command"] = command
-    spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [container]}
+        c["command"] = command
+    spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [c]}
     if host_network:
         spec["hostNetwork"] = True
     if node:
         spec["nodeName"] = node
     body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace},
             "spec": spec}
-    return dict(cluster.request("POST", f"/api/v1/namespaces/{namespace}/pods", body))
+    return dict(cluster.request("POST", pods_path(namespace), body))
 
 
 def get_pod(cluster: TestCluster, namespace: str, name: str) -> dict[str, Any] | None:
-    try:
-        return dict(cluster.request("GET", f"/api/v1/namespaces/{namespace}/pods/{name}"))
-    except urllib.error.HTTPError as e:
-        if e.code == 404:
-            return None
-        raise
+    pod: dict[str, Any] | None = get_or_none(cluster, pods_path(namespace, name))
+    return pod
 
 
 def phase_is(cluster: TestCluster, namespace: str, name: str, phase: str) -> dict[str, Any] | None:
@@ -212,7 +208,7 @@ def test_deleting_a_running_pod_makes_it_disappear(
         cluster: TestCluster, namespace: str, kubelet: SimKubelet) -> None:
     make_pod(cluster, namespace, "victim", "kh-sim/hang-silent")
     wait_phase(cluster, namespace, "victim", "Running")
-    cluster.request("DELETE", f"/api/v1/namespaces/{namespace}/pods/victim")
+    cluster.request("DELETE", pods_path(namespace, "victim"))
     wait_for(lambda: get_pod(cluster, namespace, "victim") is None, DEADLINE, what="pod gone")
     record = kubelet.record(namespace, "victim")
     assert record is not None and record.terminating is not None and record.exited is None
@@ -223,7 +219,7 @@ def test_evicting_a_running_pod_makes_it_disappear(
         cluster: TestCluster, namespace: str, kubelet: SimKubelet, receiver: ReportReceiver) -> None:
     make_pod(cluster, namespace, "evictee", "kh-sim/hang", report_env(receiver, "u-6"))
     wait_phase(cluster, namespace, "evictee", "Running")
-    cluster.request("POST", f"/api/v1/namespaces/{namespace}/pods/evictee/eviction",
+    cluster.request("POST", pods_path(namespace, "evictee") + "/eviction",
                     {"apiVersion": "policy/v1beta1", "kind": "Eviction",
                      "metadata": {"name": "evictee", "namespace": namespace}})
     wait_for(lambda: get_pod(cluster, namespace, "evictee") is None, DEADLINE, what="evicted pod gone")
@@ -321,7 +317,7 @@ def test_a_report_under_way_stops_at_once_when_its_pod_is_deleted(
     make_pod(cluster, namespace, "doomed", "kh-sim/ok",
              report_env(receiver, "u-13", KH_CHECK_RUN_DEADLINE=deadline_in(120)))
     wait_for(lambda: receiver.received, DEADLINE, what="the first report attempt")
-    cluster.request("DELETE", f"/api/v1/namespaces/{namespace}/pods/doomed")
+    cluster.request("DELETE", pods_path(namespace, "doomed"))
     wait_for(lambda: get_pod(cluster, namespace, "doomed") is None, DEADLINE, what="pod gone")
     record = kubelet.record(namespace, "doomed")
     assert record is not None
@@ -413,8 +409,8 @@ def test_a_cluster_wide_kubelet_drives_pods_and_resumes_after_its_watch_connecti
     with SimKubelet(str(cluster.kubeconfig), nodes=2) as sim:
         make_pod(cluster, namespace, "first", "kh-sim/ok", report_env(receiver, "u-9"))
         wait_phase(cluster, namespace, "first", "Succeeded")
-        resp = wait_for(lambda: sim._resp, DEADLINE, what="an open watch")
-        _cut(resp)  # as if the connection to the API server dropped
+        wait_for(lambda: sim._stream.open, DEADLINE, what="an open watch")
+        sim._stream.cut()  # as if the connection to the API server dropped
         make_pod(cluster, namespace, "second", "kh-sim/ok", report_env(receiver, "u-10"))
         pod = wait_phase(cluster, namespace, "second", "Succeeded")
         assert pod["spec"]["nodeName"] in dict(sim.nodes)
@@ -445,7 +441,7 @@ def test_a_watch_stream_gone_silent_on_a_frozen_api_server_is_dropped_and_resume
     monkeypatch.setattr(kubelet_module, "WATCH_READ_TIMEOUT", 3.0)
     monkeypatch.setattr(kubelet_module, "WATCH_CONNECT_TIMEOUT", 2.0)
     with SimKubelet(str(cluster.kubeconfig), nodes=1, namespace=namespace) as sim:
-        wait_for(lambda: sim._resp, DEADLINE, what="an open watch")
+        wait_for(lambda: sim._stream.open, DEADLINE, what="an open watch")
         cluster.freeze()
         try:
             stuck_at = sim.watch_requests

@@ -2,14 +2,15 @@
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import pytest
 
 from kuberhealthy.kube import KHCHECKS
-from tests.harness.cluster import TestCluster
-from tests.harness.daemon import InProcessDaemon
-from tests.harness.pods import LivePodMonitor
+from testbed.builders import khcheck
+from testbed.cluster import TestCluster
+from testbed.inprocess import InProcessDaemon
+from testbed.podmonitor import LivePodMonitor
+from testbed.sim.kubelet import SimKubelet
 
 CHECKS = 20
 SECONDS = 60
@@ -17,12 +18,10 @@ SECONDS = 60
 
 @pytest.mark.slow
 def test_twenty_checks_every_two_seconds_for_a_minute_run_cleanly(
-        cluster: TestCluster, namespace: str, kubelet: Any, no_thread_leaks: None) -> None:
+        cluster: TestCluster, namespace: str, kubelet: SimKubelet) -> None:
     for i in range(CHECKS):
-        cluster.request("POST", KHCHECKS.path(namespace), {
-            "apiVersion": "comcast.github.io/v1", "kind": "KuberhealthyCheck", "metadata": {"name": f"soak-{i}"},
-            "spec": {"runInterval": "2s", "timeout": "30s", "podSpec": {"containers": [
-                {"name": "main", "image": "kh-sim/slow", "env": [{"name": "SIM_DELAY", "value": "0.3"}]}]}}})
+        cluster.request("POST", KHCHECKS.path(namespace),
+                        khcheck(f"soak-{i}", "kh-sim/slow", interval="2s", env={"SIM_DELAY": "0.3"}))
     monitor = LivePodMonitor(str(cluster.kubeconfig), namespace).start()
     daemon = InProcessDaemon(cluster, namespace, {"checkReaperRunInterval": "5s",
                                                   "maxCompletedPodCount": 2}).start()

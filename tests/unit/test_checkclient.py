@@ -8,7 +8,6 @@ import json
 import logging
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -29,16 +28,11 @@ from kuberhealthy.checkclient import (
     ReportNotDeliveredError,
     ReportRejectedError,
 )
+from testbed.loopback import free_port
+from testbed.paths import REPO
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 RUN_UUID = "6e1a7c4e-2b1f-4c55-9a0e-1f2d3c4b5a69"
 FAST = {"backoff_base": 0.001, "backoff_max": 0.01}
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -458,7 +452,7 @@ def test_run_check_returns_non_zero_when_the_report_is_rejected(
 # --- command line ------------------------------------------------------------------------------------
 
 def run_cli(*args: str, env: dict[str, str], script: Path | None = None,
-            cwd: Path = REPO_ROOT) -> subprocess.CompletedProcess[str]:
+            cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
     base = {k: v for k, v in os.environ.items() if not k.startswith("KH_")}
     command = [sys.executable, "-I", str(script)] if script else [sys.executable, "-m", "kuberhealthy.checkclient"]
     return subprocess.run([*command, *args], env={**base, **env}, cwd=cwd, capture_output=True, text=True,
@@ -519,7 +513,7 @@ def test_the_cli_debug_flag_logs_what_is_sent(kh: FakeKuberhealthy, env: dict[st
 def test_the_module_works_when_copied_alone_into_an_empty_directory(
         kh: FakeKuberhealthy, env: dict[str, str], tmp_path: Path) -> None:
     copied = tmp_path / "checkclient.py"
-    shutil.copy(REPO_ROOT / "kuberhealthy" / "checkclient.py", copied)
+    shutil.copy(REPO / "kuberhealthy" / "checkclient.py", copied)
 
     waited = run_cli("wait", "--timeout", "5", env=env, script=copied, cwd=tmp_path)
     reported = run_cli("fail", "alone", env=env, script=copied, cwd=tmp_path)
@@ -530,3 +524,22 @@ def test_the_module_works_when_copied_alone_into_an_empty_directory(
     source = copied.read_text()
     assert "from kuberhealthy" not in source
     assert "from ." not in source
+
+
+def test_the_report_token_is_sent_as_a_bearer_token_read_afresh_for_each_attempt(
+        kh: FakeKuberhealthy, env: dict[str, str], tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("tok-1\n")
+    kh.answers = [(503, "not yet")]
+    reporter = checkclient.Reporter.from_env({**env, "KH_REPORT_TOKEN_FILE": str(token)},
+                                             sleep=lambda _s: token.write_text("tok-2"))
+    reporter.report_success()
+    assert [r.headers.get("authorization") for r in kh.received] == ["Bearer tok-1", "Bearer tok-2"]
+    assert all(r.headers["kh-run-uuid"] == RUN_UUID for r in kh.received)
+
+
+def test_without_a_readable_token_file_the_report_goes_without_a_token(
+        kh: FakeKuberhealthy, env: dict[str, str], tmp_path: Path) -> None:
+    checkclient.report_success(environ={**env, "KH_REPORT_TOKEN_FILE": str(tmp_path / "missing")})
+    [report] = kh.received
+    assert "authorization" not in report.headers

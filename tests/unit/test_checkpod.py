@@ -1,5 +1,5 @@
 """The checker pod: name, labels, annotations, env injection, restartPolicy, owner."""
-from kuberhealthy.checkpod import build_pod, pod_env_value
+from kuberhealthy.checkpod import RUN_KEY_ANNOTATION, TOKEN_VOLUME, build_pod, pod_env_value
 from kuberhealthy.checks import CheckSpec, validate_pod_spec
 
 
@@ -77,3 +77,38 @@ def test_init_containers_get_the_injected_env_too() -> None:
     env = {e["name"]: e for e in pod["spec"]["initContainers"][0]["env"]}
     assert env["KH_RUN_UUID"]["value"] == "u-9" and set(env) >= {"KH_REPORTING_URL", "KH_CHECK_RUN_DEADLINE",
                                                                  "KH_POD_NAMESPACE"}
+
+
+def test_every_container_gets_the_report_token_mounted_read_only_and_its_path_in_env() -> None:
+    spec = {"automountServiceAccountToken": False, "initContainers": [{"name": "init", "image": "busybox"}],
+            "containers": [{"name": "main", "image": "kh-sim/ok",
+                            "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
+            "volumes": [{"name": "data", "emptyDir": {}}]}
+    pod = build_pod(check(podSpec=spec), "u-1", 1000.0, "http://kh/externalCheckStatus")
+    [token] = [v for v in pod["spec"]["volumes"] if v["name"] == TOKEN_VOLUME]
+    assert token["projected"]["sources"] == [{"serviceAccountToken": {
+        "audience": "kuberhealthy", "expirationSeconds": 600, "path": "token"}}]
+    assert {v["name"] for v in pod["spec"]["volumes"]} == {"data", TOKEN_VOLUME}
+    assert pod["spec"]["automountServiceAccountToken"] is False  # the API token stays off; ours is not one
+    for c in [*pod["spec"]["initContainers"], *pod["spec"]["containers"]]:
+        [mount] = [m for m in c["volumeMounts"] if m["name"] == TOKEN_VOLUME]
+        assert mount["readOnly"] is True
+        env = {e["name"]: e.get("value") for e in c["env"]}
+        assert env["KH_REPORT_TOKEN_FILE"] == mount["mountPath"] + "/token"
+
+
+def test_a_user_volume_or_env_of_the_same_name_is_replaced_not_doubled() -> None:
+    spec = {"containers": [{"name": "main", "image": "x", "env": [{"name": "KH_REPORT_TOKEN_FILE", "value": "/mine"}],
+                            "volumeMounts": [{"name": TOKEN_VOLUME, "mountPath": "/elsewhere"}]}],
+            "volumes": [{"name": TOKEN_VOLUME, "emptyDir": {}}]}
+    pod = build_pod(check(podSpec=spec), "u-1", 1000.0, "http://kh/externalCheckStatus")
+    assert [v["name"] for v in pod["spec"]["volumes"]].count(TOKEN_VOLUME) == 1
+    [c] = pod["spec"]["containers"]
+    assert [m["name"] for m in c["volumeMounts"]].count(TOKEN_VOLUME) == 1
+    assert pod_env_value(pod, "KH_REPORT_TOKEN_FILE") != "/mine"
+
+
+def test_the_run_key_is_an_annotation_of_the_pod_only_when_given_and_never_the_authors() -> None:
+    mine = check(extraAnnotations={RUN_KEY_ANNOTATION: "forged"})
+    assert RUN_KEY_ANNOTATION not in build_pod(mine, "u", 1.0, "http://x")["metadata"]["annotations"]
+    assert build_pod(mine, "u", 1.0, "http://x", run_key="k")["metadata"]["annotations"][RUN_KEY_ANNOTATION] == "k"

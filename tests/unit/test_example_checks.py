@@ -27,8 +27,10 @@ from typing import Any
 import pytest
 import yaml
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-EXAMPLES = REPO_ROOT / "examples" / "checks"
+from testbed.loopback import free_port
+from testbed.paths import REPO
+
+EXAMPLES = REPO / "examples" / "checks"
 CHECKS = ["http-check", "dns-check", "pod-restarts-check"]
 
 
@@ -116,9 +118,7 @@ def kh(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeKuberhealthy]:
 
 
 def closed_port_url() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{s.getsockname()[1]}/"
+    return f"http://127.0.0.1:{free_port()}/"
 
 
 # --- http-check --------------------------------------------------------------------------------------
@@ -439,7 +439,7 @@ def test_every_example_ships_a_khcheck_a_dockerfile_and_a_readme_documenting_its
 ])
 def test_a_stdlib_example_runs_from_a_directory_laid_out_like_its_image(
         name: str, env: dict[str, str], target: LoopbackServer, kh: FakeKuberhealthy, tmp_path: Path) -> None:
-    shutil.copy(REPO_ROOT / "kuberhealthy" / "checkclient.py", tmp_path / "checkclient.py")
+    shutil.copy(REPO / "kuberhealthy" / "checkclient.py", tmp_path / "checkclient.py")
     shutil.copy(EXAMPLES / name / "check.py", tmp_path / "check.py")
     child_env = {key: value for key, value in os.environ.items() if key.startswith("KH_") or key == "PATH"}
     child_env.update({key: value.format(target=target.base) for key, value in env.items()})

@@ -108,8 +108,7 @@ def test_an_unusable_influx_setting_stops_start_up_naming_the_key(raw: dict[str,
     assert e.value.key == key
 
 
-def test_a_full_queue_drops_the_oldest_runs_with_one_warning(caplog: pytest.LogCaptureFixture,
-                                                             no_thread_leaks: None) -> None:
+def test_a_full_queue_drops_the_oldest_runs_with_one_warning(caplog: pytest.LogCaptureFixture) -> None:
     fwd, client = forwarder(queue_runs=2)
     with caplog.at_level(logging.WARNING, logger="kuberhealthy.influx"):
         for name in ("a", "b", "c", "d"):
@@ -123,7 +122,7 @@ def test_a_full_queue_drops_the_oldest_runs_with_one_warning(caplog: pytest.LogC
         "c.ns", "RunDuration.c.ns", "d.ns", "RunDuration.d.ns"]
 
 
-def test_stop_flushes_what_is_queued_and_closes_the_client(no_thread_leaks: None) -> None:
+def test_stop_flushes_what_is_queued_and_closes_the_client() -> None:
     fwd, client = forwarder()
     for name in ("a", "b", "c"):
         fwd.push("ns", name, name != "b", ["boom"] if name == "b" else [], 0.25)
@@ -136,7 +135,7 @@ def test_stop_flushes_what_is_queued_and_closes_the_client(no_thread_leaks: None
     assert fwd.sent == 6 and fwd.dropped == 0
 
 
-def test_a_failed_write_is_retried_and_a_rejected_one_is_not(no_thread_leaks: None) -> None:
+def test_a_failed_write_is_retried_and_a_rejected_one_is_not() -> None:
     fwd, client = forwarder()
     client.failures = [OSError("connection refused"), InfluxDBClientError("database not found", 404)]
     fwd.start()

@@ -7,10 +7,9 @@ from typing import Any
 
 import pytest
 
-from kuberhealthy.checkpod import slim_pod
+from kuberhealthy.checkpod import pod_check_index, pod_ip_index, pod_uuid_index, slim_pod
 from kuberhealthy.reaper import Limits, pod_finished_at, pods_to_reap
-from kuberhealthy.runner import _live, _pending, _start_failure, _terminating
-from kuberhealthy.services import pod_check_index, pod_ip_index, pod_uuid_index
+from kuberhealthy.runpod import live, pending, start_failure, terminating
 from kuberhealthy.web.caller import CallerFinder, UnknownCaller
 
 
@@ -57,7 +56,7 @@ VARIANTS = [
 @pytest.mark.parametrize("full", VARIANTS)
 def test_every_decision_is_the_same_on_the_slim_pod(full: dict[str, Any]) -> None:
     slim = slim_pod(copy.deepcopy(full))
-    for decide in (_live, _pending, _start_failure, _terminating, pod_finished_at,
+    for decide in (live, pending, start_failure, terminating, pod_finished_at,
                    pod_ip_index, pod_uuid_index, pod_check_index):
         assert decide(slim) == decide(full), decide.__name__
     assert CallerFinder.validate(slim, "s") == CallerFinder.validate(full, "s")

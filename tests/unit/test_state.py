@@ -12,6 +12,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kuberhealthy.khstate import FINISHED_UUID, RUN_POD
 from kuberhealthy.state import (
     StatusCache,
     details_of,
@@ -22,6 +23,7 @@ from kuberhealthy.state import (
     summarize,
     valid_text,
 )
+from testbed.builders import khstate as khstate_body
 
 GOLDEN = (
     '{\n'
@@ -84,9 +86,13 @@ GOLDEN_EMPTY = '{\n  "OK": true,\n  "Errors": [],\n  "CheckDetails": {},\n  "Job
 WEIRD = "tab\there\b\f\x01\x7f é \u2028\u2029 \\"
 
 
-def khstate(ns: str, name: str, rv: str = "1", **spec: Any) -> dict[str, Any]:
-    return {"apiVersion": "comcast.github.io/v1", "kind": "KuberhealthyState",
-            "metadata": {"name": name, "namespace": ns, "resourceVersion": rv}, "spec": spec}
+def khstate(ns: str, name: str, rv: str = "1", finished: str | None = None, **spec: Any) -> dict[str, Any]:
+    """`finished`: the uuid of the last run that is over; given, the spec's run is in flight (claimed by
+    this daemon, its pod named in the claim). Not given: a khstate as v2 (or a test) writes it."""
+    annotations = {} if finished is None else {RUN_POD: f"{name}-1", **({FINISHED_UUID: finished} if finished else {})}
+    body = khstate_body(name, **spec)
+    body["metadata"].update(namespace=ns, resourceVersion=rv, annotations=annotations)
+    return body
 
 
 def golden_objects() -> list[dict[str, Any]]:
@@ -279,3 +285,17 @@ def test_a_filtered_page_is_rendered_from_the_same_fragments() -> None:
     part = json.loads(cache.page("m", ["zz"]))
     assert part["CheckDetails"] == {"zz/b": full["CheckDetails"]["zz/b"]}
     assert part["JobDetails"] == {}
+
+
+def test_the_page_never_shows_the_uuid_of_a_run_in_flight_only_the_last_finished_runs() -> None:
+    in_flight = khstate("aa", "c", finished="previous-run", OK=True, Errors=[], Namespace="aa",
+                        AuthoritativePod="kh-1", uuid="live-run")
+    never_finished = khstate("aa", "d", finished="", OK=True, Errors=[], Namespace="aa", AuthoritativePod="kh-1",
+                             uuid="live-too")
+    done = khstate("aa", "e", finished="done-run", OK=True, Errors=[], Namespace="aa", AuthoritativePod="kh-1",
+                   uuid="done-run")
+    page = render(summarize(entries([in_flight, never_finished, done])), "kh-1").decode()
+    assert "live-run" not in page and "live-too" not in page
+    assert json.loads(page)["CheckDetails"]["aa/c"]["uuid"] == "previous-run"
+    assert json.loads(page)["CheckDetails"]["aa/d"]["uuid"] == ""
+    assert json.loads(page)["CheckDetails"]["aa/e"]["uuid"] == "done-run"

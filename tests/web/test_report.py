@@ -12,8 +12,10 @@ from flask import Flask
 from kuberhealthy.errors import Forbidden, Unreachable
 from kuberhealthy.services import Services
 from kuberhealthy.web.reportbody import MAX_BODY
-from tests.harness.wait import wait_for
-from tests.web.conftest import PodMaker, Server, http_request, next_pod_ip, post_report, rv, serve
+from testbed.inprocess import PodMaker, WebServer, rv, serve
+from testbed.loopback import pod_ip
+from testbed.rawhttp import post_report, request
+from testbed.wait import wait_for
 
 OK = {"OK": True, "Errors": []}
 FAIL = {"OK": False, "Errors": ["disk full", "dns <broken> & slow"]}
@@ -32,7 +34,7 @@ def assert_refused(answer_status: int, text: str, status: int = 400) -> None:
     assert one_line(text), repr(text)
 
 
-def test_a_report_identified_by_its_uuid_header_is_stored(server: Server, maker: PodMaker) -> None:
+def test_a_report_identified_by_its_uuid_header_is_stored(server: WebServer, maker: PodMaker) -> None:
     run = new_uuid()
     before = maker.khstate("dns", run)
     pod = maker.pod("dns", run)
@@ -45,7 +47,7 @@ def test_a_report_identified_by_its_uuid_header_is_stored(server: Server, maker:
     assert after["spec"]["LastRun"]
 
 
-def test_a_report_identified_by_its_source_ip_is_stored(server: Server, maker: PodMaker) -> None:
+def test_a_report_identified_by_its_source_ip_is_stored(server: WebServer, maker: PodMaker) -> None:
     run = new_uuid()
     maker.khstate("ping", run, OK=False, Errors=["old failure"])
     pod = maker.pod("ping", run)
@@ -55,7 +57,7 @@ def test_a_report_identified_by_its_source_ip_is_stored(server: Server, maker: P
     assert spec["OK"] is True and spec["Errors"] == [] and spec["LastRun"]
 
 
-def test_keys_match_case_insensitively_like_gos_decoder(server: Server, maker: PodMaker) -> None:
+def test_keys_match_case_insensitively_like_gos_decoder(server: WebServer, maker: PodMaker) -> None:
     run = new_uuid()
     maker.khstate("case", run)
     pod = maker.pod("case", run)
@@ -64,9 +66,9 @@ def test_keys_match_case_insensitively_like_gos_decoder(server: Server, maker: P
     assert maker.get_khstate("case")["spec"]["Errors"] == ["lower case keys"]
 
 
-def test_a_host_network_pod_whose_ip_matches_several_pods_reports_by_header(server: Server,
+def test_a_host_network_pod_whose_ip_matches_several_pods_reports_by_header(server: WebServer,
                                                                             maker: PodMaker) -> None:
-    node_ip = next_pod_ip()
+    node_ip = pod_ip()
     runs = {name: new_uuid() for name in ("hn-a", "hn-b", "hn-c")}
     for name, run in runs.items():
         maker.khstate(name, run)
@@ -77,9 +79,9 @@ def test_a_host_network_pod_whose_ip_matches_several_pods_reports_by_header(serv
     assert maker.get_khstate("hn-a")["spec"]["Errors"] == []
 
 
-def test_a_report_by_ip_is_refused_when_several_running_pods_share_that_ip(server: Server,
+def test_a_report_by_ip_is_refused_when_several_running_pods_share_that_ip(server: WebServer,
                                                                           maker: PodMaker) -> None:
-    node_ip = next_pod_ip()
+    node_ip = pod_ip()
     runs = {name: new_uuid() for name in ("sh-a", "sh-b")}
     before = {name: maker.khstate(name, run) for name, run in runs.items()}
     for name, run in runs.items():
@@ -91,7 +93,7 @@ def test_a_report_by_ip_is_refused_when_several_running_pods_share_that_ip(serve
         assert rv(maker.get_khstate(name)) == rv(before[name])
 
 
-def test_a_report_with_a_stale_uuid_is_rejected_and_changes_nothing(server: Server, maker: PodMaker) -> None:
+def test_a_report_with_a_stale_uuid_is_rejected_and_changes_nothing(server: WebServer, maker: PodMaker) -> None:
     old, current = new_uuid(), new_uuid()
     before = maker.khstate("stale", current)
     pod = maker.pod("stale", old)  # a pod of the previous run, still around
@@ -102,7 +104,7 @@ def test_a_report_with_a_stale_uuid_is_rejected_and_changes_nothing(server: Serv
     assert rv(maker.get_khstate("stale")) == rv(before)
 
 
-def test_a_report_with_the_uuid_of_another_check_is_rejected_and_changes_nothing(server: Server,
+def test_a_report_with_the_uuid_of_another_check_is_rejected_and_changes_nothing(server: WebServer,
                                                                                  maker: PodMaker) -> None:
     run_a, run_b = new_uuid(), new_uuid()
     before_a = maker.khstate("check-a", run_a)
@@ -115,18 +117,18 @@ def test_a_report_with_the_uuid_of_another_check_is_rejected_and_changes_nothing
     assert rv(maker.get_khstate("check-b")) == rv(before_b)
 
 
-def test_a_report_from_an_unknown_ip_is_rejected_and_changes_nothing(server: Server, maker: PodMaker,
+def test_a_report_from_an_unknown_ip_is_rejected_and_changes_nothing(server: WebServer, maker: PodMaker,
                                                                      app: object) -> None:
     run = new_uuid()
     before = maker.khstate("lonely", run)
     maker.pod("lonely", run)
-    answer = post_report(server, OK, source_ip=next_pod_ip())
+    answer = post_report(server, OK, source_ip=pod_ip())
     assert_refused(answer.status, answer.text)
     assert "failed to find a pod" in answer.text
     assert rv(maker.get_khstate("lonely")) == rv(before)
 
 
-def test_a_report_with_an_unknown_uuid_header_is_rejected_even_from_a_known_pod_ip(server: Server,
+def test_a_report_with_an_unknown_uuid_header_is_rejected_even_from_a_known_pod_ip(server: WebServer,
                                                                                    maker: PodMaker) -> None:
     run = new_uuid()
     before = maker.khstate("hdr", run)
@@ -136,7 +138,7 @@ def test_a_report_with_an_unknown_uuid_header_is_rejected_even_from_a_known_pod_
     assert rv(maker.get_khstate("hdr")) == rv(before)
 
 
-def test_a_pending_pod_cannot_report_by_ip(server: Server, maker: PodMaker) -> None:
+def test_a_pending_pod_cannot_report_by_ip(server: WebServer, maker: PodMaker) -> None:
     run = new_uuid()
     before = maker.khstate("pending", run)
     pod = maker.pod("pending", run, running=False)
@@ -145,7 +147,7 @@ def test_a_pending_pod_cannot_report_by_ip(server: Server, maker: PodMaker) -> N
     assert rv(maker.get_khstate("pending")) == rv(before)
 
 
-def test_a_pod_without_the_check_name_annotation_is_refused(server: Server, maker: PodMaker) -> None:
+def test_a_pod_without_the_check_name_annotation_is_refused(server: WebServer, maker: PodMaker) -> None:
     run = new_uuid()
     before = maker.khstate("noanno", run)
     pod = maker.pod("noanno", run, annotate=False)
@@ -155,7 +157,7 @@ def test_a_pod_without_the_check_name_annotation_is_refused(server: Server, make
     assert rv(maker.get_khstate("noanno")) == rv(before)
 
 
-def test_a_pod_without_a_run_uuid_env_var_is_refused(server: Server, maker: PodMaker) -> None:
+def test_a_pod_without_a_run_uuid_env_var_is_refused(server: WebServer, maker: PodMaker) -> None:
     run = new_uuid()
     before = maker.khstate("noenv", run)
     pod = maker.pod("noenv", run, with_env=False)
@@ -178,7 +180,7 @@ def test_a_pod_without_a_run_uuid_env_var_is_refused(server: Server, maker: PodM
     (b'{"OK": true, "Errors": ["but it failed"]}', "OK true with error strings"),
 ], ids=["bad-json", "not-json", "ok-not-bool", "array", "ok-false-no-errors", "ok-false-empty-errors",
         "empty-body", "blank-error", "whitespace-error", "ok-true-with-errors"])
-def test_a_bad_body_from_a_valid_pod_is_rejected_and_changes_nothing(server: Server, maker: PodMaker,
+def test_a_bad_body_from_a_valid_pod_is_rejected_and_changes_nothing(server: WebServer, maker: PodMaker,
                                                                      body: bytes, reason: str) -> None:
     run = new_uuid()
     check = "body-" + uuid.uuid4().hex[:6]
@@ -190,7 +192,7 @@ def test_a_bad_body_from_a_valid_pod_is_rejected_and_changes_nothing(server: Ser
     assert rv(maker.get_khstate(check)) == rv(before)
 
 
-def test_a_body_over_one_mebibyte_is_refused_with_413_and_changes_nothing(server: Server,
+def test_a_body_over_one_mebibyte_is_refused_with_413_and_changes_nothing(server: WebServer,
                                                                           maker: PodMaker) -> None:
     run = new_uuid()
     before = maker.khstate("big", run)
@@ -199,13 +201,13 @@ def test_a_body_over_one_mebibyte_is_refused_with_413_and_changes_nothing(server
     body = ('{"OK": false, "Errors": ["' + padding + '"]}').encode()
     answer = post_report(server, body, run_uuid=run, source_ip=pod.ip)
     assert_refused(answer.status, answer.text, 413)
-    chunked = http_request(server, "POST", "/externalCheckStatus", body, {"kh-run-uuid": run},
-                           source_ip=pod.ip, chunked=True)
+    chunked = request(server, "POST", "/externalCheckStatus", body, headers={"kh-run-uuid": run},
+                      source_ip=pod.ip, chunked=True)
     assert_refused(chunked.status, chunked.text, 413)
     assert rv(maker.get_khstate("big")) == rv(before)
 
 
-def test_a_body_of_exactly_one_mebibyte_is_accepted(server: Server, maker: PodMaker) -> None:
+def test_a_body_of_exactly_one_mebibyte_is_accepted(server: WebServer, maker: PodMaker) -> None:
     run = new_uuid()
     maker.khstate("edge", run)
     pod = maker.pod("edge", run)
@@ -216,7 +218,7 @@ def test_a_body_of_exactly_one_mebibyte_is_accepted(server: Server, maker: PodMa
     assert answer.status == 200, answer.text
 
 
-def test_a_report_waits_briefly_for_a_pod_the_cache_has_not_seen_yet(server: Server, maker: PodMaker,
+def test_a_report_waits_briefly_for_a_pod_the_cache_has_not_seen_yet(server: WebServer, maker: PodMaker,
                                                                      services: Services) -> None:
     run = new_uuid()
     maker.khstate("late", run)
@@ -235,7 +237,7 @@ def test_a_report_waits_briefly_for_a_pod_the_cache_has_not_seen_yet(server: Ser
     assert result.get("status") == 200, result
 
 
-def test_when_storing_fails_for_a_lasting_reason_the_answer_is_500(server: Server, maker: PodMaker,
+def test_when_storing_fails_for_a_lasting_reason_the_answer_is_500(server: WebServer, maker: PodMaker,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     run = new_uuid()
     maker.khstate("broken", run)
@@ -251,7 +253,7 @@ def test_when_storing_fails_for_a_lasting_reason_the_answer_is_500(server: Serve
 
 
 def test_a_report_the_api_cannot_store_now_is_accepted_held_and_written_when_it_answers(
-        server: Server, maker: PodMaker, services: Services, monkeypatch: pytest.MonkeyPatch) -> None:
+        server: WebServer, maker: PodMaker, services: Services, monkeypatch: pytest.MonkeyPatch) -> None:
     run = new_uuid()
     before = maker.khstate("later", run)
     pod = maker.pod("later", run)
@@ -270,7 +272,7 @@ def test_a_report_the_api_cannot_store_now_is_accepted_held_and_written_when_it_
     assert not services.held.holds(run)
 
 
-def test_a_pod_the_cache_never_saw_is_found_by_one_read(server: Server, maker: PodMaker,
+def test_a_pod_the_cache_never_saw_is_found_by_one_read(server: WebServer, maker: PodMaker,
                                                          services: Services) -> None:
     services.pods.stop()  # the cache stops following: only the fallback read can find the pod
     services.pods.join(10)
@@ -284,7 +286,7 @@ def test_a_pod_the_cache_never_saw_is_found_by_one_read(server: Server, maker: P
 
 
 def test_when_the_caller_cannot_be_looked_up_the_answer_is_503_with_retry_after(
-        server: Server, maker: PodMaker, services: Services, monkeypatch: pytest.MonkeyPatch) -> None:
+        server: WebServer, maker: PodMaker, services: Services, monkeypatch: pytest.MonkeyPatch) -> None:
     run = new_uuid()
     before = maker.khstate("dark", run)
 
@@ -292,13 +294,13 @@ def test_when_the_caller_cannot_be_looked_up_the_answer_is_503_with_retry_after(
         raise Unreachable("GET pods: connection refused")
 
     monkeypatch.setattr(services, "read_checker_pods", away)
-    answer = post_report(server, OK, run_uuid=run, source_ip=next_pod_ip())
+    answer = post_report(server, OK, run_uuid=run, source_ip=pod_ip())
     assert answer.status == 503 and answer.headers.get("retry-after")
     assert one_line(answer.text)
     assert rv(maker.get_khstate("dark")) == rv(before)
 
 
-def test_each_report_logs_one_info_line_with_a_request_id_and_no_body(server: Server, maker: PodMaker,
+def test_each_report_logs_one_info_line_with_a_request_id_and_no_body(server: WebServer, maker: PodMaker,
                                                                       caplog: pytest.LogCaptureFixture) -> None:
     run = new_uuid()
     maker.khstate("logged", run)
@@ -319,7 +321,7 @@ def test_each_report_logs_one_info_line_with_a_request_id_and_no_body(server: Se
 
 
 @pytest.fixture
-def ipv6_server(app: Flask) -> Iterator[Server]:
+def ipv6_server(app: Flask) -> Iterator[WebServer]:
     try:
         s = serve(app, host="::1")
     except OSError as e:  # no IPv6 loopback on this machine
@@ -327,12 +329,10 @@ def ipv6_server(app: Flask) -> Iterator[Server]:
     try:
         yield s
     finally:
-        s.httpd.shutdown()
-        s.thread.join(10)
-        s.httpd.server_close()
+        s.stop()
 
 
-def test_a_report_from_an_ipv6_pod_address_is_identified(ipv6_server: Server, maker: PodMaker) -> None:
+def test_a_report_from_an_ipv6_pod_address_is_identified(ipv6_server: WebServer, maker: PodMaker) -> None:
     run = new_uuid()
     maker.khstate("six", run)
     maker.pod("six", run, ip="::1")
@@ -350,10 +350,7 @@ def test_an_ipv4_caller_seen_through_a_dual_stack_socket_is_identified(app: Flas
         run = new_uuid()
         maker.khstate("dual", run)
         pod = maker.pod("dual", run)
-        v4 = Server("127.0.0.1", srv.port, srv.httpd, srv.thread)
-        answer = post_report(v4, OK, source_ip=pod.ip)
+        answer = post_report(srv.port, OK, source_ip=pod.ip)  # to 127.0.0.1
         assert answer.status == 200, answer.text
     finally:
-        srv.httpd.shutdown()
-        srv.thread.join(10)
-        srv.httpd.server_close()
+        srv.stop()

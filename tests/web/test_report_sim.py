@@ -1,16 +1,16 @@
-"""Reports sent by simulated checker pods (tests/sim): real pod lifecycle, real source addresses."""
+"""Reports sent by simulated checker pods (testbed/sim): real pod lifecycle, real source addresses."""
 from __future__ import annotations
 
 import uuid
 
 from kuberhealthy.services import Services
-from tests.harness.wait import wait_for
-from tests.sim import SimKubelet
-from tests.web.conftest import PodMaker, Server, wait_cached
+from testbed.inprocess import PodMaker, WebServer, wait_cached
+from testbed.sim import SimKubelet
+from testbed.wait import wait_for
 
 
 def test_simulated_checkers_report_by_header_by_address_and_from_the_host_network(
-        server: Server, maker: PodMaker, services: Services, kubelet: SimKubelet) -> None:
+        server: WebServer, maker: PodMaker, services: Services, kubelet: SimKubelet) -> None:
     url = server.url + "/externalCheckStatus"
     ns = maker.namespace
     cases = {

@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -13,10 +11,13 @@ from flask import Flask
 
 from kuberhealthy.services import Services
 from kuberhealthy.web import create_app
-from tests.harness.cluster import TestCluster
-from tests.harness.wait import wait_for
-from tests.web.conftest import PodMaker, Server, http_request, make_services, serve, wait_cached
-from tests.web.conftest import post_report as post_report_
+from testbed.builders import khj, khjob
+from testbed.cluster import TestCluster
+from testbed.formats import promtool_check
+from testbed.inprocess import PodMaker, WebServer, make_services, serve, wait_cached
+from testbed.objects import create_namespace
+from testbed.rawhttp import post_report, request
+from testbed.wait import wait_for
 
 # What Go's json.MarshalIndent writes for these khstates (see tests/unit/test_state.py for its origin).
 GOLDEN_TEMPLATE = (
@@ -56,15 +57,15 @@ GOLDEN_TEMPLATE = (
 )
 
 
-def page_when(server: Server, pred: Callable[[dict[str, Any]], bool], what: str) -> dict[str, Any]:
+def page_when(server: WebServer, pred: Callable[[dict[str, Any]], bool], what: str) -> dict[str, Any]:
     """The status page document, once pred(doc) holds."""
     def check() -> dict[str, Any] | None:
-        doc: dict[str, Any] = json.loads(http_request(server, "GET", "/").text)
+        doc: dict[str, Any] = json.loads(request(server, "GET", "/").text)
         return doc if pred(doc) else None
     return wait_for(check, what=what)  # type: ignore[arg-type]
 
 
-def test_the_status_page_bytes_match_v2s_layout(server: Server, maker: PodMaker, services: Services) -> None:
+def test_the_status_page_bytes_match_v2s_layout(server: WebServer, maker: PodMaker, services: Services) -> None:
     ns = maker.namespace
     maker.khstate("b-broken", "u-2", OK=False, Errors=['dns <broken> & "slow"', "line\nbreak \u2028 é"],
                   RunDuration="2m3s", AuthoritativePod="kh-0")
@@ -74,16 +75,16 @@ def test_the_status_page_bytes_match_v2s_layout(server: Server, maker: PodMaker,
     wait_cached(services, ns, "a-fine")
     wait_cached(services, ns, "b-broken")
     wait_cached(services, ns, "c-never-ran")
-    answer = http_request(server, "GET", "/")
+    answer = request(server, "GET", "/")
     assert answer.status == 200
     assert answer.headers["content-type"].startswith("application/json")
     assert answer.text == GOLDEN_TEMPLATE.replace("NS", ns)
 
 
-def test_the_page_follows_khstate_changes(server: Server, maker: PodMaker, services: Services) -> None:
+def test_the_page_follows_khstate_changes(server: WebServer, maker: PodMaker, services: Services) -> None:
     created = maker.khstate("flip", "u-1", OK=True, Errors=[])
     wait_cached(services, maker.namespace, "flip")
-    assert json.loads(http_request(server, "GET", "/").text)["OK"] is True
+    assert json.loads(request(server, "GET", "/").text)["OK"] is True
     created["spec"]["OK"], created["spec"]["Errors"] = False, ["now broken"]
     maker.cluster.request("PUT", f"/apis/comcast.github.io/v1/namespaces/{maker.namespace}/khstates/flip", created)
     doc = page_when(server, lambda d: d["OK"] is False, "the page to show the failure")
@@ -93,51 +94,43 @@ def test_the_page_follows_khstate_changes(server: Server, maker: PodMaker, servi
     assert doc["CheckDetails"] == {}
 
 
-def test_an_unhealthy_cluster_still_answers_200(server: Server, maker: PodMaker, services: Services) -> None:
+def test_an_unhealthy_cluster_still_answers_200(server: WebServer, maker: PodMaker, services: Services) -> None:
     maker.khstate("bad", "u", OK=False, Errors=["it broke"])
     wait_cached(services, maker.namespace, "bad")
-    answer = http_request(server, "GET", "/")
+    answer = request(server, "GET", "/")
     assert answer.status == 200
     doc = json.loads(answer.text)
     assert doc["OK"] is False and doc["Errors"] == ["it broke"]
 
 
-def test_never_run_checks_are_hidden(server: Server, maker: PodMaker, services: Services) -> None:
+def test_never_run_checks_are_hidden(server: WebServer, maker: PodMaker, services: Services) -> None:
     maker.khstate("ran", "u1")
     maker.khstate("never", "u2", OK=False, Errors=["not shown"], AuthoritativePod="")
     wait_cached(services, maker.namespace, "never")
     wait_cached(services, maker.namespace, "ran")
-    doc = json.loads(http_request(server, "GET", "/").text)
+    doc = json.loads(request(server, "GET", "/").text)
     assert list(doc["CheckDetails"]) == [f"{maker.namespace}/ran"]
     assert doc["OK"] is True and doc["Errors"] == []
 
 
-def test_a_khstate_of_a_khjob_is_listed_under_job_details(server: Server, maker: PodMaker,
+def test_a_khstate_of_a_khjob_is_listed_under_job_details(server: WebServer, maker: PodMaker,
                                                           services: Services) -> None:
     ns = maker.namespace
-    maker.cluster.request("POST", f"/apis/comcast.github.io/v1/namespaces/{ns}/khjobs", {
-        "apiVersion": "comcast.github.io/v1", "kind": "KuberhealthyJob", "metadata": {"name": "once"},
-        "spec": {"phase": "Completed", "timeout": "1m",
-                 "podSpec": {"containers": [{"name": "main", "image": "kh-sim/ok"}]}}})
+    maker.cluster.request("POST", khj(ns), khjob("once", timeout="1m", phase="Completed"))
     maker.khstate("once", "u1", OK=False, Errors=["job failed"])
     maker.khstate("check", "u2")
     wait_for(lambda: services.khjobs.get(ns, "once"), what="the khjob in the cache")
     wait_cached(services, ns, "once")
     wait_cached(services, ns, "check")
-    doc = json.loads(http_request(server, "GET", "/").text)
+    doc = json.loads(request(server, "GET", "/").text)
     assert list(doc["JobDetails"]) == [f"{ns}/once"] and list(doc["CheckDetails"]) == [f"{ns}/check"]
     assert doc["OK"] is False and doc["Errors"] == ["job failed"]
 
 
 @pytest.fixture
-def all_namespaces(cluster: TestCluster) -> Iterator[tuple[Services, Server, list[str]]]:
+def all_namespaces(cluster: TestCluster) -> Iterator[tuple[Services, WebServer, list[str]]]:
     """Services watching every namespace, a server, and three fresh namespaces."""
-    names = []
-    for _ in range(3):
-        name = "t-" + uuid.uuid4().hex[:10]
-        cluster.request("POST", "/api/v1/namespaces",
-                        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
-        names.append(name)
+    names = [create_namespace(cluster) for _ in range(3)]
     services = make_services(cluster, "")
     services.start_caches()
     srv = None
@@ -147,15 +140,13 @@ def all_namespaces(cluster: TestCluster) -> Iterator[tuple[Services, Server, lis
         yield services, srv, names
     finally:
         if srv is not None:
-            srv.httpd.shutdown()
-            srv.thread.join(10)
-            srv.httpd.server_close()
+            srv.stop()
         services.stop(10)
         services.kube.close()
 
 
 def test_the_namespace_filter_shows_only_those_namespaces(cluster: TestCluster,
-                                                          all_namespaces: tuple[Services, Server, list[str]]
+                                                          all_namespaces: tuple[Services, WebServer, list[str]]
                                                           ) -> None:
     services, srv, (a, b, c) = all_namespaces
     for ns, ok in ((a, True), (b, False), (c, False)):
@@ -163,7 +154,7 @@ def test_the_namespace_filter_shows_only_those_namespaces(cluster: TestCluster,
         wait_cached(services, ns, "chk")
 
     def page(query: str) -> dict:
-        answer = http_request(srv, "GET", "/" + query)
+        answer = request(srv, "GET", "/" + query)
         assert answer.status == 200
         return dict(json.loads(answer.text))
 
@@ -182,22 +173,22 @@ def test_the_namespace_filter_shows_only_those_namespaces(cluster: TestCluster,
 
 
 @pytest.mark.parametrize("method", ["GET", "POST"])
-def test_a_status_request_with_a_body_is_refused(server: Server, method: str) -> None:
-    answer = http_request(server, method, "/", b'{"OK": true, "Errors": []}', {"Content-Type": "application/json"})
+def test_a_status_request_with_a_body_is_refused(server: WebServer, method: str) -> None:
+    answer = request(server, method, "/", b'{"OK": true, "Errors": []}', headers={"Content-Type": "application/json"})
     assert answer.status == 400
     assert "Verify check is reporting to the right status url" in answer.text
     assert len(answer.text.strip().splitlines()) == 1
-    chunked = http_request(server, method, "/", b"x", chunked=True)
+    chunked = request(server, method, "/", b"x", chunked=True)
     assert chunked.status == 400
 
 
-def test_a_status_request_with_an_empty_body_is_served(server: Server) -> None:
-    answer = http_request(server, "POST", "/", b"", {"Content-Length": "0"})
+def test_a_status_request_with_an_empty_body_is_served(server: WebServer) -> None:
+    answer = request(server, "POST", "/", b"", headers={"Content-Length": "0"})
     assert answer.status == 200
     assert json.loads(answer.text)["CurrentMaster"] == "kh-test-0"
 
 
-def test_metrics_pass_promtool_with_failures_quotes_and_newlines(server: Server, maker: PodMaker,
+def test_metrics_pass_promtool_with_failures_quotes_and_newlines(server: WebServer, maker: PodMaker,
                                                                  services: Services) -> None:
     ns = maker.namespace
     maker.khstate("quotes", "u1", OK=False, Errors=['said "no"', "two\nlines", "back\\slash"], RunDuration="1.5s")
@@ -205,7 +196,7 @@ def test_metrics_pass_promtool_with_failures_quotes_and_newlines(server: Server,
     maker.khstate("weird-duration", "u3", OK=False, Errors=["x"], RunDuration="later")
     for name in ("quotes", "fine", "weird-duration"):
         wait_cached(services, ns, name)
-    answer = http_request(server, "GET", "/metrics")
+    answer = request(server, "GET", "/metrics")
     assert answer.status == 200
     assert answer.headers["content-type"].startswith("text/plain")
     text = answer.text
@@ -213,15 +204,13 @@ def test_metrics_pass_promtool_with_failures_quotes_and_newlines(server: Server,
     assert "kuberhealthy_cluster_state 0.0" in text
     assert f'check="{ns}/quotes",error="said \'no\'|two\\nlines|back\\\\slash",namespace="{ns}",status="0"' in text
     assert f'kuberhealthy_check_duration_seconds{{check="{ns}/fine",namespace="{ns}"}} 0.25' in text
-    promtool = shutil.which("promtool") or "/usr/bin/promtool"
-    result = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True,
-                            timeout=60, check=False)
+    result = promtool_check(text)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_health_and_readiness_probes(server: Server) -> None:
-    assert (http_request(server, "GET", "/healthz").status, http_request(server, "GET", "/healthz").text) == (200, "ok")
-    assert http_request(server, "GET", "/readyz").status == 200
+def test_health_and_readiness_probes(server: WebServer) -> None:
+    assert (request(server, "GET", "/healthz").status, request(server, "GET", "/healthz").text) == (200, "ok")
+    assert request(server, "GET", "/readyz").status == 200
 
 
 def test_readiness_fails_until_the_caches_have_synced(cluster: TestCluster, namespace: str) -> None:
@@ -246,10 +235,10 @@ def test_unknown_paths_and_methods_get_one_line_of_plain_text(app: Flask) -> Non
         assert len(resp.get_data(as_text=True).strip().splitlines()) == 1
 
 
-def test_a_report_then_the_page_shows_it(server: Server, maker: PodMaker, services: Services) -> None:
+def test_a_report_then_the_page_shows_it(server: WebServer, maker: PodMaker, services: Services) -> None:
     run = str(uuid.uuid4())
     maker.khstate("e2e", run)
     pod = maker.pod("e2e", run)
-    assert post_report_(server, {"OK": False, "Errors": ["seen on the page"]}, source_ip=pod.ip).status == 200
+    assert post_report(server, {"OK": False, "Errors": ["seen on the page"]}, source_ip=pod.ip).status == 200
     doc = page_when(server, lambda d: d["OK"] is False, "the report on the page")
     assert doc["CheckDetails"][f"{maker.namespace}/e2e"]["Errors"] == ["seen on the page"]

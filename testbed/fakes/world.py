@@ -1,0 +1,254 @@
+"""The daemon's parts as a run, the controller and the web app see them (FakeServices), a kubelet that moves
+checkers through their phases, a report as the handler stores it, and object builders."""
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from kuberhealthy import khstate
+from kuberhealthy.checkclient import ENV_RUN_UUID
+from kuberhealthy.checkpod import (
+    CHECK_NAME_ANNOTATION,
+    CHECK_POD_SELECTOR,
+    RUN_ID_LABEL,
+    pod_check_index,
+    pod_env_value,
+    pod_ip_index,
+    pod_uuid_index,
+    slim_pod,
+)
+from kuberhealthy.checks import CheckSpec
+from kuberhealthy.config import Config
+from kuberhealthy.errors import NotFound
+from kuberhealthy.events import ObjectRef
+from kuberhealthy.heldreports import HeldReports
+from kuberhealthy.kube import KHCHECKS, KHJOBS, KHSTATES, PODS, Obj, Resource
+from kuberhealthy.notify import Notifier
+from kuberhealthy.runstats import RunStats
+from kuberhealthy.seams import ResultSink
+from kuberhealthy.threads import Deaths
+from testbed.fakes.api import FakeApi
+from testbed.fakes.cache import FakeCache
+from testbed.fakes.clock import Activity, FakeClock, T, stamp
+
+NS = "kh-checks"
+POD_NAME = "kh-test-0"  # this replica
+REPORTING_URL = "http://kuberhealthy.kh.svc/externalCheckStatus"
+NODE = "node-1"
+
+
+
+def fake_config(**overrides: Any) -> Config:
+    """A Config as load() would make it, without files or environment; reconciles are not debounced."""
+    values: dict[str, Any] = {"pod_name": POD_NAME, "pod_namespace": "kuberhealthy",
+                              "external_check_reporting_url": REPORTING_URL, "check_change_debounce": 0.0}
+    values.update(overrides)
+    return Config(**values)
+
+
+# --- time ---------------------------------------------------------------------------------------------
+
+
+class Kubelet:
+    """Moves checker pods through Pending → Running → Succeeded/Failed in the fake API."""
+
+    def __init__(self, api: FakeApi, clock: FakeClock, node: str = NODE) -> None:
+        self.api = api
+        self.clock = clock
+        self.node = node
+        self._ips = itertools.count(10)
+
+    def _edit(self, pod: Obj, change: Callable[[Obj], None]) -> Obj:
+        meta = pod["metadata"]
+        return self.api.edit(PODS, meta["namespace"], meta["name"], change)
+
+    def run(self, pod: Obj, ip: str | None = None) -> Obj:
+        """Scheduled on the node, containers started, a pod IP."""
+        n = next(self._ips)
+        address = ip or f"10.0.{n // 250}.{n % 250 + 1}"
+
+        def change(p: Obj) -> None:
+            p["spec"]["nodeName"] = self.node
+            p["status"] = {"phase": "Running", "podIP": address, "podIPs": [{"ip": address}],
+                           "hostIP": "192.0.2.1", "startTime": stamp(self.clock),
+                           "containerStatuses": [{"name": c.get("name"), "state": {"running": {}}}
+                                                 for c in p["spec"].get("containers") or []]}
+        return self._edit(pod, change)
+
+    def fail_to_pull(self, pod: Obj, reason: str = "ErrImagePull") -> Obj:
+        def change(p: Obj) -> None:
+            p["spec"]["nodeName"] = self.node
+            p["status"] = {"phase": "Pending", "containerStatuses": [
+                {"name": c.get("name"), "state": {"waiting": {"reason": reason}}}
+                for c in p["spec"].get("containers") or []]}
+        return self._edit(pod, change)
+
+    def finish(self, pod: Obj, ok: bool = True) -> Obj:
+        """Every container exited (0: Succeeded, 1: Failed)."""
+        def change(p: Obj) -> None:
+            status = p.setdefault("status", {})
+            status["phase"] = "Succeeded" if ok else "Failed"
+            status["containerStatuses"] = [
+                {"name": c.get("name"), "state": {"terminated": {"exitCode": 0 if ok else 1,
+                                                                 "finishedAt": stamp(self.clock)}}}
+                for c in p["spec"].get("containers") or []]
+        return self._edit(pod, change)
+
+
+def report(services: FakeServices, pod: Obj, ok: bool = True, errors: Iterable[str] = ()) -> Obj:
+    """A checker pod's report, stored as POST /externalCheckStatus stores it once it knows the pod."""
+    meta = pod["metadata"]
+    namespace, check = meta["namespace"], meta["annotations"][CHECK_NAME_ANNOTATION]
+    run_uuid = pod_env_value(pod, ENV_RUN_UUID) or ""
+    now = dt.datetime.fromtimestamp(services.clock.wall(), dt.timezone.utc)  # LastRun on the fake wall clock
+    return khstate.record_report(services.resources, namespace, check, run_uuid, ok, list(errors),
+                                 services.config.pod_name, now=now, hint=services.khstates.get(namespace, check))
+
+
+def khcheck(name: str, namespace: str = NS, run_interval: str = "1h", timeout: str = "60s",
+            image: str = "kh-sim/ok", **spec: Any) -> Obj:
+    body: dict[str, Any] = {"runInterval": run_interval, "timeout": timeout,
+                            "podSpec": {"containers": [{"name": "main", "image": image}]}}
+    body.update(spec)
+    return {"apiVersion": KHCHECKS.api_version, "kind": "KuberhealthyCheck",
+            "metadata": {"name": name, "namespace": namespace}, "spec": body}
+
+
+def khjob(name: str, namespace: str = NS, phase: str = "", timeout: str = "60s") -> Obj:
+    return {"apiVersion": KHJOBS.api_version, "kind": "KuberhealthyJob",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"timeout": timeout, "phase": phase,
+                     "podSpec": {"containers": [{"name": "main", "image": "kh-sim/ok"}]}}}
+
+
+def khstate_of(name: str, namespace: str = NS, annotations: dict[str, str] | None = None, **spec: Any) -> Obj:
+    """A khstate as the daemon leaves it, with `spec` fields replaced."""
+    body = khstate.new_body(namespace, name, POD_NAME)
+    body["spec"].update(spec)
+    if annotations:
+        body["metadata"]["annotations"] = dict(annotations)
+    return body
+
+
+def check_spec(name: str = "probe", namespace: str = NS, **kwargs: Any) -> CheckSpec:
+    return CheckSpec.of(khcheck(name, namespace, **kwargs))
+
+
+class FakeEvents:
+    """events.EventRecorder's queueing surface: each Event asked for, as (reason, "<ns>/<name>", detail)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.recorded: list[tuple[str, str, str]] = []
+
+    def _add(self, reason: str, ref: ObjectRef, detail: str) -> bool:
+        with self._lock:
+            self.recorded.append((reason, f"{ref.namespace}/{ref.name}", detail))
+        return True
+
+    def check_failed(self, ref: ObjectRef, first_error: str) -> bool:
+        return self._add("CheckFailed", ref, first_error)
+
+    def check_recovered(self, ref: ObjectRef, failures: int = 0) -> bool:
+        return self._add("CheckRecovered", ref, str(failures))
+
+    def run_requested(self, ref: ObjectRef, source: str = "") -> bool:
+        return self._add("CheckRunRequested", ref, source)
+
+    def report_rejected(self, ref: ObjectRef, reason: str) -> bool:
+        return self._add("ReportRejected", ref, reason)
+
+
+# --- services ----------------------------------------------------------------------------------------------
+
+class FakeServices:
+    """What Runner, Controller, workers and create_app use on `services`, over FakeApi and FakeCaches."""
+
+    def __init__(self, *, config: Config | None = None, clock: FakeClock | None = None,
+                 synced: bool = True) -> None:
+        self.clock = clock or FakeClock()
+        self.config = config or fake_config()
+        self.activity = Activity()
+        self.notifier = Notifier()
+        self.clock.on_advance(self.notifier.notify_all)  # waits re-read their deadline
+        self.api = FakeApi(self.clock, self.activity)
+        self.resources = self.api
+
+        def cache(res: Resource, **kwargs: Any) -> FakeCache:
+            c = FakeCache(res, self.notifier, self.clock, self.activity, synced=synced, **kwargs)
+            self.api.attach(c)
+            return c
+        self.khchecks = cache(KHCHECKS)
+        self.khstates = cache(KHSTATES)
+        self.khjobs = cache(KHJOBS)
+        self.pods = cache(PODS, selector=CHECK_POD_SELECTOR, transform=slim_pod,
+                          indexers={"uuid": pod_uuid_index, "ip": pod_ip_index, "check": pod_check_index})
+        self.reflectors = [self.khchecks, self.khstates, self.khjobs, self.pods]
+        self.stats = RunStats()
+        self.held = HeldReports(self.api, lambda: self.config.pod_name, wall=self.clock.wall)  # never started
+        self.stuck_terminating: set[str] = set()
+        self.deaths = Deaths()  # where the controller's workers and parts report an unexpected end
+        self.events = FakeEvents()
+        self.influx: ResultSink | None = None
+        self.kubelet = Kubelet(self.api, self.clock)
+        self.master = POD_NAME  # the Lease holder as this replica saw it
+        self.leader = False
+        self.owner: Obj | None = None  # the ownerReference for checker pods in config.pod_namespace
+
+    def owner_reference(self, namespace: str) -> Obj | None:
+        return self.owner if namespace == self.config.pod_namespace else None
+
+    def wait_synced(self, timeout: float) -> bool:
+        end = time.monotonic() + timeout
+        return all(c.synced.wait(max(0.0, end - time.monotonic())) for c in self.reflectors)
+
+    def sync(self) -> None:
+        for c in self.reflectors:
+            c.sync()
+
+    def influx_points_dropped(self) -> int:
+        return 0
+
+    def cache_status(self) -> list[tuple[str, bool, float]]:
+        return [(c.plural, c.is_current(), c.stale_seconds()) for c in self.reflectors]
+
+    def ready(self) -> bool:
+        return all(c.synced.is_set() for c in self.reflectors)
+
+    def current_master(self) -> str:
+        return self.master
+
+    def is_leader(self) -> bool:
+        return self.leader
+
+    def read_checker_pods(self, run_uuid: str | None, ip: str | None, timeout: float) -> list[Obj]:
+        ns = self.config.target_namespace or None
+        if run_uuid:
+            items, _ = self.api.list(PODS, ns, f"{CHECK_POD_SELECTOR},{RUN_ID_LABEL}={run_uuid}", timeout=timeout)
+        else:
+            items, _ = self.api.list(PODS, ns, CHECK_POD_SELECTOR, f"status.podIP={ip},status.phase=Running",
+                                     timeout=timeout)
+        return [slim_pod(o) for o in items]
+
+    def read_checker_pod(self, namespace: str, name: str, timeout: float) -> Obj | None:
+        try:
+            return slim_pod(self.api.get(PODS, namespace, name, timeout=timeout))
+        except NotFound:
+            return None
+
+    def read_khstate(self, namespace: str, name: str, timeout: float) -> Obj | None:
+        try:
+            return self.api.get(KHSTATES, namespace, name, timeout=timeout)
+        except NotFound:
+            return None
+
+    def until(self, predicate: Callable[[], T], what: str, timeout: float = 10.0) -> T:
+        return self.activity.until(predicate, what, timeout)
+
+    def run_pods(self, run_uuid: str, namespace: str = NS) -> list[Obj]:
+        """The pods of one run, as the API server has them."""
+        return self.api.objects(PODS, namespace, f"{RUN_ID_LABEL}={run_uuid}")

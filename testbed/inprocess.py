@@ -1,0 +1,226 @@
+"""The daemon wired in the test process: the same `build()` and Flask app as production, served by a
+threaded werkzeug server on a free loopback port, so simulated checker pods report over real HTTP and a
+test can reach into the services (caches, controller, resources) it runs.
+
+The one module of the test bed that imports `kuberhealthy`; black-box code (tests/contract, and what
+it uses) must not import it (tests/unit/test_layout.py checks that). Also here: services without the
+elector for web tests, and `PodMaker`, which makes checker pods and khstates as a run leaves them and
+waits for the services' caches to see them.
+"""
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from flask import Flask
+from werkzeug.serving import BaseWSGIServer, make_server
+
+from kuberhealthy import khstate
+from kuberhealthy.checks import CheckSpec
+from kuberhealthy.config import from_mapping
+from kuberhealthy.history import RunRecord, apply_run
+from kuberhealthy.kube import KHSTATES, Kube
+from kuberhealthy.services import Services, build
+from kuberhealthy.web import create_app
+from testbed.builders import khcheck, khs
+from testbed.builders import khstate as khstate_body
+from testbed.cluster import TestCluster
+from testbed.loopback import free_port, pod_ip
+from testbed.objects import create_checker_pod, set_pod_status
+from testbed.wait import wait_for
+
+POD_NAME = "kh-test-0"  # the in-process daemon's (and the web services') POD_NAME
+
+
+# --- serving a WSGI app ---------------------------------------------------------------------------------
+
+@dataclass
+class WebServer:
+    """A threaded werkzeug server for one app on one thread; stop() shuts it down and joins it."""
+
+    host: str
+    port: int
+    httpd: BaseWSGIServer
+    thread: threading.Thread
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.thread.join(10)
+        self.httpd.server_close()
+
+
+def serve(app: Flask, host: str = "127.0.0.1", port: int = 0) -> WebServer:
+    """Serve `app` on host:port (0: a free one) until stop()."""
+    httpd = make_server(host, port, app, threaded=True)
+    t = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.1}, name="test-web-server",
+                         daemon=True)
+    t.start()
+    return WebServer(host=host, port=httpd.server_port, httpd=httpd, thread=t)
+
+
+# --- the whole daemon ----------------------------------------------------------------------------------
+
+class InProcessDaemon:
+    """build() + create_app() + a WebServer on 127.0.0.1, reporting to itself; reapers hourly unless
+    `settings` say otherwise. start() once, stop() once."""
+
+    def __init__(self, cluster: TestCluster, namespace: str, settings: dict[str, Any] | None = None,
+                 pod_name: str = POD_NAME, kubeconfig: Path | None = None) -> None:
+        self.port = free_port()
+        raw: dict[str, Any] = {
+            "targetNamespace": namespace, "enableForceMaster": True, "checkChangeDebounce": "0s",
+            "listenAddress": f"127.0.0.1:{self.port}",
+            "externalCheckReportingURL": f"http://127.0.0.1:{self.port}/externalCheckStatus",
+            "stateReaperInterval": "1h", "checkReaperRunInterval": "1h",
+        }
+        raw.update(settings or {})
+        self.config = from_mapping(raw, {"POD_NAME": pod_name, "POD_NAMESPACE": namespace})
+        self.services: Services = build(self.config, Kube.connect(str(kubeconfig or cluster.kubeconfig)))
+        self.app = create_app(self.services)
+        self._server: WebServer | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> InProcessDaemon:
+        self._server = serve(self.app, port=self.port)
+        self.services.start()
+        assert self.services.wait_synced(30), "caches did not sync"
+        return self
+
+    def stop(self) -> None:
+        self.services.stop(30)
+        if self._server is not None:
+            self._server.stop()
+        self.services.kube.close()
+
+
+def check_spec(namespace: str, image: str, timeout: str = "20s", env: Mapping[str, str] | None = None,
+               name: str = "probe", **extra: Any) -> CheckSpec:
+    """A check (runInterval 1h) for Runner(...).run() without a khcheck in the API."""
+    body = khcheck(name, image, interval="1h", timeout=timeout, env=env, **extra)
+    body["metadata"]["namespace"] = namespace
+    return CheckSpec.of(body)
+
+
+def state_of(d: InProcessDaemon, ns: str, name: str = "probe") -> khstate.Spec:
+    """The check's khstate as the product reads it (from the API, not the cache)."""
+    return khstate.Spec.of(d.services.resources.get(KHSTATES, ns, name))
+
+
+# --- services for the web app ----------------------------------------------------------------------------
+
+class FakeElector:
+    """Stands in for the Lease elector: Services.current_master() asks its holder()."""
+
+    def __init__(self, holder: str) -> None:
+        self._holder = holder
+
+    def holder(self) -> str:
+        return self._holder
+
+    def is_leader(self) -> bool:
+        return False
+
+
+def make_services(cluster: TestCluster, target_namespace: str, master: str = POD_NAME) -> Services:
+    """Services (caches not started) for `target_namespace` ("" = all) whose Lease holder is `master`."""
+    config = from_mapping({"targetNamespace": target_namespace},
+                          {"POD_NAME": POD_NAME, "POD_NAMESPACE": target_namespace or "kh"})
+    services = Services(config, Kube.connect(str(cluster.kubeconfig)))
+    services.elector = FakeElector(master)
+    return services
+
+
+def history_keys(outcomes: str, now: float) -> dict[str, Any]:
+    """The khstate `spec` keys (counters, lastOK/lastFailure, history) that runs of these outcomes leave,
+    oldest first, one a minute up to `now`: "o" reported OK, "f" failed (an error and a log tail)."""
+    spec: dict[str, Any] = {}
+    for i, o in enumerate(outcomes):
+        start = now - (len(outcomes) - i) * 60
+        if o == "o":
+            record = RunRecord.reported(f"run-{i}", start, 1.5, "node-1", f"pod-{i}", {"OK": True, "Errors": []})
+        else:
+            record = RunRecord.failed(f"run-{i}", start, 2.5, "node-1", f"pod-{i}", "timed out", [f"broken {i}"],
+                                      logs=f"checker said {i}\n")
+        spec.update(apply_run(spec, record, 24, start + 2))
+    return spec
+
+
+def rv(obj: dict[str, Any]) -> str:
+    return str(obj["metadata"]["resourceVersion"])
+
+
+def wait_cached(services: Services, namespace: str, name: str,
+                pred: Callable[[dict[str, Any]], bool] = lambda _o: True) -> dict[str, Any]:
+    """The khstate from the services' cache, once it is there and pred(it) holds."""
+    def ready() -> dict[str, Any] | None:
+        obj = services.khstates.get(namespace, name)
+        return obj if obj is not None and pred(obj) else None
+    got: dict[str, Any] = wait_for(ready, timeout=15, what=f"khstate {namespace}/{name} in the cache")
+    return got
+
+
+@dataclass
+class CheckerPod:
+    namespace: str
+    name: str
+    check: str
+    run_uuid: str
+    ip: str
+
+
+class PodMaker:
+    """Creates khstates and checker pods through the API, the way the runner would leave them, and
+    (given services) waits for the pod cache to see each pod."""
+
+    def __init__(self, cluster: TestCluster, namespace: str, services: Services | None) -> None:
+        self.cluster = cluster
+        self.namespace = namespace
+        self.services = services
+
+    def khstate(self, check: str, run_uuid: str, namespace: str | None = None, **spec: Any) -> dict[str, Any]:
+        ns = namespace or self.namespace
+        body = khstate_body(check, **{"OK": True, "Errors": [], "RunDuration": "", "Namespace": ns, "Node": "",
+                                      "AuthoritativePod": POD_NAME, "uuid": run_uuid, **spec})
+        created: dict[str, Any] = self.cluster.request("POST", khs(ns), body)
+        return created
+
+    def get_khstate(self, check: str, namespace: str | None = None) -> dict[str, Any]:
+        got: dict[str, Any] = self.cluster.request("GET", khs(namespace or self.namespace, check))
+        return got
+
+    def pod(self, check: str, run_uuid: str, ip: str | None = None, *, annotate: bool = True,
+            env_uuid: str | None = None, with_env: bool = True, running: bool = True,
+            name: str | None = None, wait: bool = True, image: str = "kh-sim/ok",
+            reporting_url: str = "http://127.0.0.1/externalCheckStatus", extra_env: dict[str, str] | None = None,
+            host_network: bool = False, node_name: str | None = None) -> CheckerPod:
+        """A checker pod as the runner creates it; `running` writes its status by hand (no kubelet)."""
+        name = name or f"{check}-{uuid.uuid4().hex[:8]}"
+        ip = ip or pod_ip()
+        _, ip = create_checker_pod(
+            self.cluster, self.namespace, name, check=check, run_uuid=run_uuid, phase=None, ip=ip,
+            node_name=node_name, image=image, annotate=annotate, host_network=host_network,
+            env_uuid=(env_uuid if env_uuid is not None else run_uuid) if with_env else None,
+            env={"KH_REPORTING_URL": reporting_url, **(extra_env or {})})
+        if running:
+            self.set_running(name, ip)
+        if wait and self.services is not None:
+            pods = self.services.pods
+            wait_for(lambda: (p := pods.get(self.namespace, name)) is not None
+                     and (not running or (p.get("status") or {}).get("phase") == "Running"),
+                     timeout=15, what=f"pod {name} in the cache")
+        return CheckerPod(self.namespace, name, check, run_uuid, ip)
+
+    def set_running(self, name: str, ip: str) -> None:
+        set_pod_status(self.cluster, self.namespace, name, "Running", ip)

@@ -1,0 +1,35 @@
+"""Fixtures over the in-memory fakes (tests/unit/fakes.py): services, the Flask app and its test client.
+
+In-process like the Flask tutorial's `app`/`client`: no API server, no sockets, no real sleeps. A test
+that leaves a `kh-` thread running fails by the autouse guard (testbed.pytest_plugin's no_thread_leaks).
+"""
+from __future__ import annotations
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+
+from kuberhealthy.web import create_app
+from testbed.fakes import FakeClock, FakeServices
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def fake_services(clock: FakeClock) -> FakeServices:
+    """Synced, current caches over an empty fake API; this replica is the master the page shows."""
+    return FakeServices(clock=clock)
+
+
+@pytest.fixture
+def app(fake_services: FakeServices) -> Flask:
+    # caller_wait 0: a pod the cache has not seen is looked up at once, without waiting for the cache
+    return create_app(fake_services, caller_wait=0.0)
+
+
+@pytest.fixture
+def client(app: Flask) -> FlaskClient:
+    return app.test_client()

@@ -1,0 +1,376 @@
+"""One check run over the in-memory fakes: every way a run ends, with the clock driven by the test.
+
+The run is on its own thread (as on a check worker); the test plays the kubelet, the checker and the
+faults, waiting on what the run does to the fakes (no polling), and moves time past the deadline by
+hand. The reasons are v2's, word for word: alerts and dashboards match on them.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from concurrent import futures
+from typing import Any, Generic, Protocol
+
+import pytest
+
+from kuberhealthy import khstate
+from kuberhealthy.checkpod import build_pod
+from kuberhealthy.checks import CheckSpec
+from kuberhealthy.errors import Unreachable
+from kuberhealthy.kube import KHSTATES, PODS, Api, Cache, Obj
+from kuberhealthy.runner import Outcome, Phase, Runner, RunResult
+from kuberhealthy.seams import ControlNeeds, ReaperNeeds, RunNeeds, WebNeeds
+from testbed.fakes import NODE, NS, REPORTING_URL, FakeServices, FakeStop, check_spec, khstate_of, report
+
+CHECK = check_spec("probe", timeout="60s")
+PAST_DEADLINE = 61.0  # seconds: CHECK's timeout, and a little
+
+_started: list[Run] = []  # runs of the current test
+
+
+@pytest.fixture(autouse=True)
+def halt_runs_left_running() -> Iterator[None]:
+    """A test that failed half way leaves its run waiting: stop it, so the next test starts clean."""
+    yield
+    while _started:
+        run = _started.pop()
+        run.halt()
+        run.join()
+
+
+class Run:
+    """Runner(check).run() on a thread named like a worker's (so the leak guard sees it), driven by the test."""
+
+    def __init__(self, services: FakeServices, check: CheckSpec = CHECK) -> None:
+        self.services = services
+        self.stop = FakeStop(services.clock)
+        self.runner = Runner(services, check, self.stop, clock=services.clock, wall=services.clock.wall)
+        self._thread = futures.ThreadPoolExecutor(1, thread_name_prefix=f"kh-test-run-{check.name}")
+        self._future = self._thread.submit(self.runner.run)
+        _started.append(self)
+
+    def pod(self) -> Obj:
+        """The checker pod this run created, once it has."""
+        pods = self.services.until(lambda: self.services.run_pods(self.runner.run_uuid), "the run's checker pod")
+        return pods[0]
+
+    def reached(self, phase: Phase) -> None:
+        self.services.until(lambda: self.runner.phase is phase, f"phase {phase.value}")
+
+    def halt(self) -> None:
+        """What a worker's stop() does to its current run."""
+        self.stop.set()
+        self.runner.wake()
+
+    def result(self, timeout: float = 10.0) -> RunResult:
+        """The run's result (or what it raised); AssertionError if it does not end within `timeout` real s."""
+        try:
+            return self._future.result(timeout)
+        except futures.TimeoutError:
+            raise AssertionError(f"the run did not end (phase {self.runner.phase.value})") from None
+
+    def join(self) -> None:
+        self._thread.shutdown(wait=True)
+
+
+def state(services: FakeServices, name: str = "probe") -> khstate.Spec:
+    return khstate.Spec.of(services.api.peek(KHSTATES, NS, name) or {})
+
+
+def execution_error(reason: str, name: str = "probe") -> tuple[str, ...]:
+    return (f"Check execution error: {NS}/{name}: {reason}",)
+
+
+def gone(services: FakeServices, pod: Obj) -> bool:
+    return services.api.peek(PODS, NS, pod["metadata"]["name"]) is None
+
+
+def earlier_pod(services: FakeServices, run_uuid: str = "earlier-run", age: float = 600.0, **status: Any) -> Obj:
+    """A checker pod of CHECK left by an earlier run, Running on the node."""
+    body = build_pod(CHECK, run_uuid, services.clock.wall() - age, REPORTING_URL)
+    body["status"] = {"phase": "Running", **status}
+    return services.api.put(PODS, body)
+
+
+# --- the fakes keep up with the seams ------------------------------------------------------------------
+
+def protocol_members(proto: type) -> set[str]:
+    return {name for klass in proto.__mro__ if klass not in (object, Protocol, Generic)
+            for name in vars(klass) if not name.startswith("_")}
+
+
+def test_the_fakes_offer_every_member_the_seams_name(fake_services: FakeServices) -> None:
+    for proto, fake in ((RunNeeds, fake_services), (ControlNeeds, fake_services), (ReaperNeeds, fake_services),
+                        (WebNeeds, fake_services), (Cache, fake_services.pods), (Api, fake_services.api)):
+        missing = sorted(n for n in protocol_members(proto) if not hasattr(fake, n))
+        assert not missing, f"{type(fake).__name__} lacks {proto.__name__}'s {missing}"
+
+
+# --- the run's outcomes ---------------------------------------------------------------------------------
+
+def test_a_check_that_reports_ok_is_recorded_with_its_duration_node_and_uuid(fake_services: FakeServices) -> None:
+    run = Run(fake_services)
+    pod = fake_services.kubelet.run(run.pod())
+    fake_services.clock.advance(2.5)
+    report(fake_services, pod, ok=True)
+    fake_services.kubelet.finish(pod)
+    result = run.result()
+    assert result.outcome is Outcome.REPORTED and result.phase is Phase.DONE and result.errors == []
+    assert result.duration == 2.5 and result.node == NODE and result.pod == pod["metadata"]["name"]
+    s = state(fake_services)
+    assert s.ok is True and s.errors == () and s.uuid == result.run_uuid and s.last_run
+    assert s.run_duration == "2.5s" and s.node == NODE and s.authoritative_pod == "kh-test-0"
+    assert not gone(fake_services, pod)  # a finished pod is the reaper's, not the run's, to remove
+
+
+def test_a_check_that_reports_failure_is_recorded_with_its_errors(fake_services: FakeServices) -> None:
+    run = Run(fake_services)
+    pod = fake_services.kubelet.run(run.pod())
+    report(fake_services, pod, ok=False, errors=["disk full", "dns slow"])
+    fake_services.kubelet.finish(pod)
+    result = run.result()
+    assert result.outcome is Outcome.REPORTED and result.phase is Phase.DONE
+    s = state(fake_services)
+    assert s.ok is False and s.errors == ("disk full", "dns slow") and s.uuid == result.run_uuid
+
+
+def test_a_run_whose_khstate_is_cached_costs_one_claim_one_create_and_one_record(
+        fake_services: FakeServices) -> None:
+    fake_services.api.put(KHSTATES, khstate_of("probe", uuid="the-run-before"))
+    run = Run(fake_services)
+    pod = fake_services.kubelet.run(run.pod())
+    report(fake_services, pod)  # the report handler's write, not the run's
+    fake_services.kubelet.finish(pod)
+    assert run.result().outcome is Outcome.REPORTED
+    assert [(c.method, c.plural) for c in fake_services.api.calls] == [
+        ("replace", "khstates"), ("create", "pods"), ("replace", "khstates"), ("replace", "khstates")]
+
+
+def test_a_pod_that_never_leaves_pending_fails_as_not_seen_running_within_the_timeout(
+        fake_services: FakeServices) -> None:
+    run = Run(fake_services)
+    pod = run.pod()
+    fake_services.clock.advance(PAST_DEADLINE)
+    result = run.result()
+    assert result.outcome is Outcome.FAILED and result.phase is Phase.START
+    assert tuple(result.errors) == execution_error("failed to see pod running within timeout")
+    s = state(fake_services)
+    assert s.ok is False and s.errors == execution_error("failed to see pod running within timeout")
+    assert gone(fake_services, pod)
+
+
+def test_a_checker_that_never_reports_times_out_waiting_for_the_report(fake_services: FakeServices) -> None:
+    run = Run(fake_services)
+    pod = fake_services.kubelet.run(run.pod())
+    fake_services.clock.advance(PAST_DEADLINE)
+    result = run.result()
+    assert result.outcome is Outcome.FAILED and result.phase is Phase.REPORT
+    assert state(fake_services).errors == execution_error("timed out waiting for checker pod to report in")
+    assert gone(fake_services, pod)
+
+
+def test_a_checker_that_ends_without_reporting_fails_at_once_not_at_the_deadline(
+        fake_services: FakeServices) -> None:
+    run = Run(fake_services)
+    fake_services.kubelet.finish(fake_services.kubelet.run(run.pod()), ok=False)
+    result = run.result()
+    assert result.outcome is Outcome.FAILED and result.duration == 0.0
+    assert state(fake_services).errors == execution_error("timed out waiting for checker pod to report in")
+
+
+def test_a_checker_that_reports_but_never_exits_times_out_waiting_for_the_pod_to_exit(
+        fake_services: FakeServices) -> None:
+    run = Run(fake_services)
+    pod = fake_services.kubelet.run(run.pod())
+    report(fake_services, pod)
+    run.reached(Phase.EXIT)
+    fake_services.clock.advance(PAST_DEADLINE)
+    result = run.result()
+    assert result.outcome is Outcome.FAILED and result.phase is Phase.EXIT
+    assert state(fake_services).errors == execution_error("timed out waiting for pod to exit")
+    assert gone(fake_services, pod)
+
+
+def test_an_image_that_cannot_be_pulled_fails_the_run_at_once(fake_services: FakeServices) -> None:
+    run = Run(fake_services)
+    pod = fake_services.kubelet.fail_to_pull(run.pod())
+    result = run.result()
+    assert result.outcome is Outcome.FAILED and result.phase is Phase.START and result.duration == 0.0
+    assert state(fake_services).errors == execution_error("error when waiting for pod to start: ErrImagePull")
+    assert gone(fake_services, pod)
+
+
+def test_a_pod_spec_without_an_image_fails_the_run_before_any_pod_is_created(fake_services: FakeServices) -> None:
+    result = Run(fake_services, check_spec("probe", image="")).result()
+    assert result.outcome is Outcome.FAILED and result.phase is Phase.VALIDATE
+    assert state(fake_services).errors == execution_error("podSpec container main has no image")
+    assert not fake_services.api.made("create", PODS)
+
+
+def test_an_earlier_checker_pod_still_running_is_removed_before_the_new_one_is_created(
+        fake_services: FakeServices) -> None:
+    old = earlier_pod(fake_services)
+    run = Run(fake_services)
+    pod = fake_services.kubelet.run(run.pod())
+    assert gone(fake_services, old)
+    report(fake_services, pod)
+    fake_services.kubelet.finish(pod)
+    assert run.result().outcome is Outcome.REPORTED
+    evictions = [c.name for c in fake_services.api.made("evict_pod")]
+    assert evictions == [old["metadata"]["name"]]
+
+
+def test_a_pod_stuck_terminating_fails_one_run_with_the_cleanup_error_and_does_not_block_the_next(
+        fake_services: FakeServices) -> None:
+    old = earlier_pod(fake_services)
+    fake_services.api.stuck.add((NS, old["metadata"]["name"]))  # a finalizer nobody removes
+    first = Run(fake_services)
+    fake_services.until(lambda: fake_services.api.made("evict_pod"), "the earlier pod's eviction")
+    fake_services.clock.advance(PAST_DEADLINE)
+    result = first.result()
+    assert result.outcome is Outcome.FAILED and result.phase is Phase.CLEAR
+    assert state(fake_services).errors == execution_error("failed to see pod cleanup within timeout")
+    assert fake_services.stuck_terminating == {old["metadata"]["uid"]}
+
+    second = Run(fake_services)
+    pod = fake_services.kubelet.run(second.pod())
+    report(fake_services, pod)
+    fake_services.kubelet.finish(pod)
+    assert second.result().outcome is Outcome.REPORTED and state(fake_services).ok is True
+
+
+def test_a_checker_pod_deleted_by_someone_else_before_it_reported_skips_the_run(
+        fake_services: FakeServices) -> None:
+    run = Run(fake_services)
+    pod = fake_services.kubelet.run(run.pod())
+    run.reached(Phase.REPORT)
+    fake_services.api.remove(PODS, NS, pod["metadata"]["name"])
+    result = run.result()
+    assert result.outcome is Outcome.SKIPPED and result.skip_reason == "pod-deleted"
+    assert result.duration == 0.0  # at once, not at the deadline
+    s = state(fake_services)
+    assert s.ok is True and s.errors == () and s.last_run is None
+    assert fake_services.stats.skipped_count("pod-deleted") == 1
+    assert not fake_services.api.made("evict_pod")
+
+
+# --- faults -------------------------------------------------------------------------------------------------
+
+def test_api_errors_at_claim_and_create_are_retried_within_the_deadline(fake_services: FakeServices) -> None:
+    fake_services.api.fail("create", KHSTATES)  # the claim creates the khstate
+    fake_services.api.fail("create", PODS, times=2)
+    run = Run(fake_services)
+    pod = fake_services.kubelet.run(run.pod())
+    report(fake_services, pod)
+    fake_services.kubelet.finish(pod)
+    result = run.result()
+    assert result.outcome is Outcome.REPORTED and state(fake_services).ok is True
+    assert len(fake_services.api.made("create", KHSTATES)) == 2 and len(fake_services.api.made("create", PODS)) == 3
+    assert 0 < result.duration < 10  # the backoff passed on the fake clock, not the real one
+
+
+def test_an_api_error_at_record_is_retried_and_the_duration_and_node_are_written(
+        fake_services: FakeServices) -> None:
+    run = Run(fake_services)
+    pod = fake_services.kubelet.run(run.pod())
+    report(fake_services, pod)
+    fake_services.api.fail("replace", KHSTATES)  # the run's next khstate write is RECORD
+    fake_services.kubelet.finish(pod)
+    result = run.result()
+    assert result.outcome is Outcome.REPORTED and result.phase is Phase.DONE
+    s = state(fake_services)
+    assert s.ok is True and s.node == NODE and s.run_duration
+
+
+def test_a_pod_create_whose_answer_was_lost_is_not_created_twice(fake_services: FakeServices) -> None:
+    fake_services.api.fail("create", PODS, Unreachable("connection reset by peer"), commit=True)
+    run = Run(fake_services)
+    pod = fake_services.kubelet.run(run.pod())
+    report(fake_services, pod)
+    fake_services.kubelet.finish(pod)
+    assert run.result().outcome is Outcome.REPORTED
+    assert len(fake_services.run_pods(run.runner.run_uuid)) == 1
+
+
+def test_a_run_the_api_server_is_away_for_is_skipped_not_failed(fake_services: FakeServices) -> None:
+    fake_services.api.down = True
+    result = Run(fake_services).result()
+    assert result.outcome is Outcome.SKIPPED and result.skip_reason == "api-unavailable"
+    assert fake_services.stats.skipped_count("api-unavailable") == 1
+    fake_services.api.down = False
+    assert fake_services.api.peek(KHSTATES, NS, "probe") is None and not fake_services.api.objects(PODS)
+
+
+def test_a_run_whose_caches_were_not_current_is_skipped_not_failed(fake_services: FakeServices) -> None:
+    run = Run(fake_services)
+    pod = fake_services.kubelet.run(run.pod())
+    fake_services.pods.set_current(False)  # the pod watch broke for a moment: a report may have been missed
+    fake_services.pods.set_current(True)
+    fake_services.clock.advance(PAST_DEADLINE)
+    result = run.result()
+    assert result.outcome is Outcome.SKIPPED and result.skip_reason == "api-unavailable"
+    s = state(fake_services)
+    assert s.ok is True and s.errors == ()
+    assert gone(fake_services, pod)
+
+
+def test_a_report_the_khstate_cache_has_not_seen_yet_is_confirmed_by_a_read_not_failed(
+        fake_services: FakeServices) -> None:
+    """The khstate watch is behind when the pod ends; one read finds the report. (RECORD then writes
+    from the stale cache copy, gets a 409 and re-reads: the product's conflict backoff, 20-40 ms real.)"""
+    run = Run(fake_services)
+    pod = fake_services.kubelet.run(run.pod())
+    run.reached(Phase.REPORT)
+    fake_services.khstates.pause()
+    report(fake_services, pod, ok=False, errors=["slow dns"])
+    fake_services.kubelet.finish(pod)
+    result = run.result()
+    fake_services.khstates.resume()
+    assert result.outcome is Outcome.REPORTED and result.phase is Phase.DONE
+    s = state(fake_services)
+    assert s.errors == ("slow dns",) and s.node == NODE and s.run_duration
+
+
+def test_stopping_a_run_mid_way_removes_its_pod_and_records_no_failure(fake_services: FakeServices) -> None:
+    run = Run(fake_services)
+    pod = fake_services.kubelet.run(run.pod())
+    run.reached(Phase.REPORT)
+    run.halt()
+    result = run.result()
+    assert result.outcome is Outcome.STOPPED and result.errors == []
+    assert gone(fake_services, pod)
+    assert [c.name for c in fake_services.api.made("evict_pod")] == [pod["metadata"]["name"]]
+    s = state(fake_services)
+    assert s.ok is True and s.errors == () and s.last_run is None
+    assert fake_services.stats.skipped_count("api-unavailable") == 0
+
+
+class Points:
+    """Stands in for the Influx forwarder."""
+
+    def __init__(self) -> None:
+        self.points: list[tuple[str, str, bool, list[str]]] = []
+
+    def push(self, namespace: str, name: str, ok: bool, errors: list[str], duration: float) -> None:
+        self.points.append((namespace, name, ok, list(errors)))
+
+
+def test_reported_and_failed_runs_are_forwarded_to_influx_and_skipped_ones_are_not(
+        fake_services: FakeServices) -> None:
+    fake_services.influx = points = Points()
+    run = Run(fake_services)
+    pod = fake_services.kubelet.run(run.pod())
+    report(fake_services, pod, ok=False, errors=["disk full"])
+    fake_services.kubelet.finish(pod)
+    run.result()
+    fake_services.clock.advance(1)  # the next run's pod name is a second later
+    run = Run(fake_services)
+    fake_services.kubelet.fail_to_pull(run.pod())
+    run.result()
+    run = Run(fake_services)
+    pod = fake_services.kubelet.run(run.pod())
+    run.reached(Phase.REPORT)
+    fake_services.api.remove(PODS, NS, pod["metadata"]["name"])
+    assert run.result().outcome is Outcome.SKIPPED
+    assert points.points == [
+        (NS, "probe", False, ["disk full"]),
+        (NS, "probe", False, list(execution_error("error when waiting for pod to start: ErrImagePull")))]
