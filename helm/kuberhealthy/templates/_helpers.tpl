@@ -145,12 +145,14 @@ env:
 {{- end -}}
 {{- end -}}
 
-{{/* Exactly the calls the daemon makes (see rbac.yaml): it reads khchecks, moves khjobs through their
-     phases (merge patch) and reaps completed ones, writes khstates with create/PUT and reaps orphans. */}}
+{{/* Exactly the calls the daemon makes (see rbac.yaml): it reads khchecks and sets or removes their
+     run-now annotation (merge patch), moves khjobs through their phases (merge patch) and reaps completed
+     ones, writes khstates with create/PUT and reaps orphans, reads a failed checker's log tail, and
+     raises Events on khchecks and khjobs (create, then patch to count repeats). */}}
 {{- define "kuberhealthy.checkRules" -}}
 - apiGroups: [comcast.github.io]
   resources: [khchecks]
-  verbs: [get, list, watch]
+  verbs: [get, list, watch, patch]
 - apiGroups: [comcast.github.io]
   resources: [khjobs]
   verbs: [get, list, watch, patch, delete]
@@ -163,6 +165,12 @@ env:
 - apiGroups: [""]
   resources: [pods/eviction]
   verbs: [create]
+- apiGroups: [""]
+  resources: [pods/log]
+  verbs: [get]
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create, patch]
 {{- end -}}
 
 {{/* Bundled checks live where the daemon looks for checks: targetNamespace, else the release namespace. */}}
