@@ -66,7 +66,7 @@ class ResultSink(Protocol):
 
 
 class Basics(Protocol):
-    """What every part reads: the settings, the API, and the caches of results and checks."""
+    """What every part reads: the settings, the API, the checker pods and the results."""
 
     @property
     def config(self) -> Config: ...
@@ -79,6 +79,10 @@ class Basics(Protocol):
 
     @property
     def khstates(self) -> Cache: ...
+
+
+class Catalog(Protocol):
+    """The checks and jobs themselves (a run does without: it knows its check)."""
 
     @property
     def khchecks(self) -> Cache: ...
@@ -87,20 +91,8 @@ class Basics(Protocol):
     def khjobs(self) -> Cache: ...
 
 
-class RunNeeds(Protocol):
-    """What one check run uses (not the khcheck and khjob caches: a run knows its check)."""
-
-    @property
-    def config(self) -> Config: ...
-
-    @property
-    def resources(self) -> Api: ...
-
-    @property
-    def pods(self) -> Cache: ...
-
-    @property
-    def khstates(self) -> Cache: ...
+class RunNeeds(Basics, Protocol):
+    """What one check run uses."""
 
     @property
     def notifier(self) -> Notifier: ...
@@ -124,7 +116,7 @@ class RunNeeds(Protocol):
     def owner_reference(self, namespace: str) -> Obj | None: ...
 
 
-class ControlNeeds(RunNeeds, Basics, Protocol):
+class ControlNeeds(RunNeeds, Catalog, Protocol):
     """What the controller and its workers use, beyond a run's needs."""
 
     @property
@@ -133,11 +125,11 @@ class ControlNeeds(RunNeeds, Basics, Protocol):
     def wait_synced(self, timeout: float) -> bool: ...
 
 
-class ReaperNeeds(Basics, Protocol):
+class ReaperNeeds(Basics, Catalog, Protocol):
     """What the reapers use: they decide from the caches and delete through the API."""
 
 
-class WebNeeds(Basics, Protocol):
+class WebNeeds(Basics, Catalog, Protocol):
     """What the HTTP app reads and calls."""
 
     @property
