@@ -61,7 +61,7 @@ RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
  && /opt/kuberhealthy/bin/python "$(ls /wheels/pip-*.whl)/pip" install --no-index --find-links /wheels \
       --no-cache-dir --disable-pip-version-check --no-warn-script-location kuberhealthy \
  && rm -rf /opt/kuberhealthy/lib/python3*/site-packages/kubernetes/aio \
- && /opt/kuberhealthy/bin/python -c "import kuberhealthy.services, kuberhealthy.web, kuberhealthy.server" \
+ && /opt/kuberhealthy/bin/python -c "import kuberhealthy.daemon.services, kuberhealthy.web, kuberhealthy.daemon.server" \
  && /opt/kuberhealthy/bin/kuberhealthy --version \
  && groupadd --system --gid 999 kuberhealthy \
  && useradd --system --uid 999 --gid 999 --no-create-home --home-dir /nonexistent \

@@ -7,11 +7,12 @@ setup(
     description="Synthetic health checks for Kubernetes clusters, compatible with Kuberhealthy v2",
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
-    # Namespace packages too: the dashboard's templates and assets are data folders under kuberhealthy/web.
+    # Namespace packages too: the dashboard's templates and assets are data folders under kuberhealthy/web/dashboard.
     packages=find_namespace_packages(include=["kuberhealthy", "kuberhealthy.*"], exclude=["*.__pycache__"]),
     # The dashboard's templates and assets and the OpenAPI document (also in MANIFEST.in, for sdists).
-    package_data={"kuberhealthy.web": ["openapi.yaml"], "kuberhealthy.web.static": ["*.css", "*.js", "*.svg"],
-                  "kuberhealthy.web.templates.dashboard": ["*.html"]},
+    package_data={"kuberhealthy.web": ["openapi.yaml"],
+                  "kuberhealthy.web.dashboard.static": ["*.css", "*.js", "*.svg"],
+                  "kuberhealthy.web.dashboard.templates.dashboard": ["*.html"]},
     python_requires=">=3.10",
     install_requires=[
         "kubernetes>=31,<38",

@@ -16,9 +16,9 @@ import tracemalloc
 import uuid
 from typing import Any
 
-from kuberhealthy.checkpod import build_pod, slim_pod
-from kuberhealthy.checks import CheckSpec
 from kuberhealthy.kube.reflector import drop_managed_fields
+from kuberhealthy.records.checkpod import build_pod, slim_pod
+from kuberhealthy.records.checkspec import CheckSpec
 from testbed.builders import pods_path
 from testbed.cluster import cleanup, start_cluster
 from testbed.crds import install_crds

@@ -17,7 +17,7 @@ import time
 from collections import Counter
 
 from kuberhealthy.kube.client import USER_AGENT
-from kuberhealthy.runner import Outcome, Runner
+from kuberhealthy.run.runner import Outcome, Runner
 from testbed.cluster import cleanup, start_cluster
 from testbed.crds import install_crds
 from testbed.inprocess import InProcessDaemon, check_spec

@@ -38,12 +38,12 @@ from typing import Any
 from flask import Flask, Response
 from gunicorn.app.base import BaseApplication
 
-import kuberhealthy.config
-from kuberhealthy.history import RunRecord, apply_run
+import kuberhealthy.base.config
+from kuberhealthy.daemon.server import HTTP_THREADS
+from kuberhealthy.daemon.services import Services
 from kuberhealthy.kube import Kube, Notifier
-from kuberhealthy.runstats import RunStats
-from kuberhealthy.server import HTTP_THREADS
-from kuberhealthy.services import Services
+from kuberhealthy.outputs.runstats import RunStats
+from kuberhealthy.records.history import RunRecord, apply_run
 from kuberhealthy.web import create_app
 from testbed.builders import checker_pod, khs, khstate, pods_path
 from testbed.cluster import cleanup, start_cluster
@@ -94,7 +94,7 @@ class StubServices:
     """Just what create_app reads, over static stores (`history` entries per khstate, and a khcheck each)."""
 
     def __init__(self, checks: int, history: int = 0) -> None:
-        self.config = kuberhealthy.config.from_mapping({}, {"POD_NAME": "kh-bench-0"})
+        self.config = kuberhealthy.base.config.from_mapping({}, {"POD_NAME": "kh-bench-0"})
         states = fake_khstates(checks)
         if history:
             add_history(states, history)
@@ -180,7 +180,7 @@ def bare_factory(page_file: str) -> Callable[[], Any]:
 
 def reports_factory(kubeconfig: str, namespace: str) -> Callable[[], Any]:
     def make() -> Any:
-        config = kuberhealthy.config.from_mapping({"targetNamespace": namespace},
+        config = kuberhealthy.base.config.from_mapping({"targetNamespace": namespace},
                                                   {"POD_NAME": "kh-bench-0", "POD_NAMESPACE": namespace})
         services = Services(config, Kube.connect(kubeconfig))
         services.start_caches()

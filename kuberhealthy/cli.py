@@ -10,10 +10,10 @@ import logging
 import sys
 
 from kuberhealthy import __version__
-from kuberhealthy.config import DEFAULT_CONFIG_PATH, Config, load
-from kuberhealthy.errors import ConfigError
+from kuberhealthy.base.config import DEFAULT_CONFIG_PATH, Config, load
+from kuberhealthy.base.errors import ConfigError
+from kuberhealthy.daemon.server import serve
 from kuberhealthy.kube import Kube
-from kuberhealthy.server import serve
 
 EXIT_CONFIG = 2
 

@@ -17,14 +17,14 @@ from __future__ import annotations
 import builtins
 from typing import Protocol
 
-from kuberhealthy.config import Config
-from kuberhealthy.events import ObjectRef
-from kuberhealthy.heldreports import Held
+from kuberhealthy.base.config import Config
+from kuberhealthy.base.notify import Notifier
+from kuberhealthy.base.threads import Deaths
 from kuberhealthy.kube import Obj
 from kuberhealthy.kube.protocols import Api, Cache
-from kuberhealthy.notify import Notifier
-from kuberhealthy.runstats import RunStats
-from kuberhealthy.threads import Deaths
+from kuberhealthy.outputs.events import ObjectRef
+from kuberhealthy.outputs.heldreports import Held
+from kuberhealthy.outputs.runstats import RunStats
 
 CacheState = tuple[str, bool, float]  # (cache, current, seconds not current)
 

@@ -19,12 +19,12 @@ from typing import Any
 from flask import Flask
 from werkzeug.serving import BaseWSGIServer, make_server
 
-from kuberhealthy import khstate
-from kuberhealthy.checks import CheckSpec
-from kuberhealthy.config import from_mapping
-from kuberhealthy.history import RunRecord, apply_run
+from kuberhealthy.base.config import from_mapping
+from kuberhealthy.daemon.services import Services, build
 from kuberhealthy.kube import KHSTATES, Kube
-from kuberhealthy.services import Services, build
+from kuberhealthy.records import khstate
+from kuberhealthy.records.checkspec import CheckSpec
+from kuberhealthy.records.history import RunRecord, apply_run
 from kuberhealthy.web import create_app
 from testbed.builders import khcheck, khs
 from testbed.builders import khstate as khstate_body

@@ -1,4 +1,5 @@
 """Everything that talks to the Kubernetes API. The only package that imports `kubernetes`."""
+from kuberhealthy.base.notify import Notifier
 from kuberhealthy.kube.client import Kube, Obj
 from kuberhealthy.kube.protocols import Api, Cache
 from kuberhealthy.kube.reflector import Reflector, key_of
@@ -13,7 +14,6 @@ from kuberhealthy.kube.resources import (
     Resource,
     Resources,
 )
-from kuberhealthy.notify import Notifier
 
 __all__ = [
     "EVENTS",

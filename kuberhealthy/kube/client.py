@@ -4,7 +4,7 @@ We use the client for what it does well (in-cluster config, kubeconfig with toke
 urllib3 pool) and speak plain JSON through `ApiClient.call_api`: objects stay dicts, so custom
 resources and pods are handled alike, nothing is deserialised into models we do not need, and watch
 streams can be shut down from another thread. Every request carries a timeout. ApiException and
-transport errors are translated to kuberhealthy.errors here and go no further.
+transport errors are translated to kuberhealthy.base.errors here and go no further.
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from kuberhealthy import __version__
-from kuberhealthy.errors import ApiError, ConfigError, Unreachable, error_for_status
+from kuberhealthy.base.errors import ApiError, ConfigError, Unreachable, error_for_status
 
 logger = logging.getLogger(__name__)
 

@@ -10,15 +10,15 @@ import threading
 from collections.abc import Callable
 from typing import Protocol
 
+from kuberhealthy.base.notify import Topic
 from kuberhealthy.kube.client import Obj
 from kuberhealthy.kube.resources import Resource
-from kuberhealthy.notify import Topic
 
 Listener = Callable[[str, Obj, "Obj | None"], None]  # (event type, object, previous object)
 
 
 class Api(Protocol):
-    """The API server, one bounded request per call (errors are kuberhealthy.errors types)."""
+    """The API server, one bounded request per call (errors are kuberhealthy.base.errors types)."""
 
     def get(self, res: Resource, namespace: str, name: str, timeout: float = ...) -> Obj: ...
 

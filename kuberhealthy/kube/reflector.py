@@ -37,12 +37,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kuberhealthy.errors import ApiError, Gone, KuberhealthyError
+from kuberhealthy.base.errors import ApiError, Gone, KuberhealthyError
+from kuberhealthy.base.notify import Notifier, Topic
+from kuberhealthy.base.threads import BackgroundThread
 from kuberhealthy.kube.client import Kube, Obj
 from kuberhealthy.kube.protocols import Listener
 from kuberhealthy.kube.resources import Resource, Resources
-from kuberhealthy.notify import Notifier, Topic
-from kuberhealthy.threads import BackgroundThread
 
 logger = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kuberhealthy.errors import ApiError, Conflict, NotFound, Unreachable, is_transient
+from kuberhealthy.base.errors import ApiError, Conflict, NotFound, Unreachable, is_transient
 from kuberhealthy.kube.client import READ_TIMEOUT, Kube, Obj
 
 logger = logging.getLogger(__name__)

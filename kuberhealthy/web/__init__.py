@@ -11,14 +11,18 @@ from __future__ import annotations
 from flask import Flask, Response
 from werkzeug.exceptions import HTTPException
 
-from kuberhealthy.checkview import ViewCache
-from kuberhealthy.metrics import CheckStatsCollector, InfluxCollector, make_registry
 from kuberhealthy.seams import WebNeeds
-from kuberhealthy.state import StatusCache
-from kuberhealthy.web import api, dashboard, dashpage, health, openapi, report, status
+from kuberhealthy.web import api, health, openapi
 from kuberhealthy.web.context import CALLER_WAIT, EXTENSION, WebContext, context, one_line, plain
-from kuberhealthy.web.reportstats import ReportStats
-from kuberhealthy.web.tokens import TokenVerifier
+from kuberhealthy.web.dashboard import render as dashpage
+from kuberhealthy.web.dashboard import routes as dashboard
+from kuberhealthy.web.report import routes as report
+from kuberhealthy.web.report.stats import ReportStats
+from kuberhealthy.web.report.tokens import TokenVerifier
+from kuberhealthy.web.status import routes as status
+from kuberhealthy.web.status.metrics import CheckStatsCollector, InfluxCollector, make_registry
+from kuberhealthy.web.status.page import StatusCache
+from kuberhealthy.web.views import ViewCache
 
 
 def _http_error(e: HTTPException) -> Response:

@@ -27,14 +27,14 @@ import time
 
 from flask import Blueprint, Response, abort, request
 
-from kuberhealthy import runnow
-from kuberhealthy.checkview import Built, current_run
-from kuberhealthy.errors import ApiError, Conflict, NotFound, is_transient
-from kuberhealthy.events import KIND_CHECK, ObjectRef
+from kuberhealthy.base.errors import ApiError, Conflict, NotFound, is_transient
 from kuberhealthy.kube import KHCHECKS, Obj
-from kuberhealthy.web.caller import normalize_ip
+from kuberhealthy.outputs.events import KIND_CHECK, ObjectRef
+from kuberhealthy.records import runnow
 from kuberhealthy.web.context import context, plain, requested_namespaces
 from kuberhealthy.web.ratelimit import RateLimiter
+from kuberhealthy.web.report.caller import normalize_ip
+from kuberhealthy.web.views import Built, current_run
 
 logger = logging.getLogger(__name__)
 

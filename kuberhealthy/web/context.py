@@ -10,12 +10,12 @@ from dataclasses import dataclass, field
 from flask import Response, current_app
 from prometheus_client.registry import CollectorRegistry
 
-from kuberhealthy.checkview import ViewCache
 from kuberhealthy.seams import WebNeeds
-from kuberhealthy.state import StatusCache
 from kuberhealthy.web.ratelimit import RateLimiter
-from kuberhealthy.web.reportstats import ReportStats
-from kuberhealthy.web.tokens import TokenVerifier
+from kuberhealthy.web.report.stats import ReportStats
+from kuberhealthy.web.report.tokens import TokenVerifier
+from kuberhealthy.web.status.page import StatusCache
+from kuberhealthy.web.views import ViewCache
 
 CALLER_WAIT = 0.8  # seconds a report waits for its pod to show up in the pod cache (then: one read)
 REPORT_SLOTS = 24  # reports handled at once; the web server's other threads stay free for `/` and probes

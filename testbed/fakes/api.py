@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kuberhealthy.errors import ApiError, Conflict, NotFound, ServerError, Unreachable
+from kuberhealthy.base.errors import ApiError, Conflict, NotFound, ServerError, Unreachable
 from kuberhealthy.kube import EVENTS, PODS, Obj, Resource, Resources
 from testbed.fakes.cache import FakeCache, _field, _labels_match, _terms
 from testbed.fakes.clock import Activity, FakeClock, stamp

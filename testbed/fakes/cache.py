@@ -6,8 +6,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from kuberhealthy.base.notify import Notifier, Topic
 from kuberhealthy.kube import Obj, Resource, key_of
-from kuberhealthy.notify import Notifier, Topic
 from testbed.fakes.clock import Activity, FakeClock
 
 Indexer = Callable[[Obj], list[str]]

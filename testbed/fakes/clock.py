@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from kuberhealthy import khstate
+from kuberhealthy.records import khstate
 
 T = TypeVar("T")
 

@@ -9,9 +9,17 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from kuberhealthy import khstate
+from kuberhealthy.base.config import Config
+from kuberhealthy.base.errors import NotFound
+from kuberhealthy.base.notify import Notifier
+from kuberhealthy.base.threads import Deaths
 from kuberhealthy.checkclient import ENV_RUN_UUID
-from kuberhealthy.checkpod import (
+from kuberhealthy.kube import KHCHECKS, KHJOBS, KHSTATES, PODS, Obj, Resource
+from kuberhealthy.outputs.events import ObjectRef
+from kuberhealthy.outputs.heldreports import HeldReports
+from kuberhealthy.outputs.runstats import RunStats
+from kuberhealthy.records import khstate
+from kuberhealthy.records.checkpod import (
     CHECK_NAME_ANNOTATION,
     CHECK_POD_SELECTOR,
     RUN_ID_LABEL,
@@ -21,16 +29,8 @@ from kuberhealthy.checkpod import (
     pod_uuid_index,
     slim_pod,
 )
-from kuberhealthy.checks import CheckSpec
-from kuberhealthy.config import Config
-from kuberhealthy.errors import NotFound
-from kuberhealthy.events import ObjectRef
-from kuberhealthy.heldreports import HeldReports
-from kuberhealthy.kube import KHCHECKS, KHJOBS, KHSTATES, PODS, Obj, Resource
-from kuberhealthy.notify import Notifier
-from kuberhealthy.runstats import RunStats
+from kuberhealthy.records.checkspec import CheckSpec
 from kuberhealthy.seams import ResultSink
-from kuberhealthy.threads import Deaths
 from testbed.fakes.api import FakeApi
 from testbed.fakes.cache import FakeCache
 from testbed.fakes.clock import Activity, FakeClock, T, stamp

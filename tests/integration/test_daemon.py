@@ -14,8 +14,8 @@ import pytest
 import requests
 import yaml
 
+from kuberhealthy.daemon.server import _dual_stack
 from kuberhealthy.kube import KHCHECKS, KHSTATES, LEASES
-from kuberhealthy.server import _dual_stack
 from testbed.builders import MERGE_PATCH, khcheck
 from testbed.cluster import TestCluster
 from testbed.daemon import DaemonProcess, console_script

@@ -31,7 +31,7 @@ import requests
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from kuberhealthy import config as kh_config
+from kuberhealthy.base import config as kh_config
 from kuberhealthy.kube import KHCHECKS, KHJOBS, KHSTATES
 from testbed.builders import API_VERSION, checker_pod, khc, khcheck, khjob, khs, khstate
 from testbed.cluster import TestCluster
@@ -273,7 +273,7 @@ def test_the_config_map_holds_a_config_file_the_daemon_accepts_without_warnings(
     assert cfg["leaderElection"]["leaseName"] == "kuberhealthy"
     assert "externalCheckReportingURL" not in cfg  # the daemon's default already names this Service
 
-    with caplog.at_level(logging.WARNING, logger="kuberhealthy.config"):
+    with caplog.at_level(logging.WARNING, logger="kuberhealthy.base.config"):
         loaded = kh_config.from_mapping(cfg, environ={"POD_NAMESPACE": "monitoring", "POD_NAME": "kh-0"})
     assert [r.getMessage() for r in caplog.records] == []
     assert loaded.listen_port == 8080

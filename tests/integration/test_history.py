@@ -17,13 +17,13 @@ from typing import Any
 import pytest
 import requests
 
-from kuberhealthy.checks import CheckSpec
-from kuberhealthy.events import EventRecorder
-from kuberhealthy.history import ADDED_KEYS
 from kuberhealthy.kube import Kube, Resources
-from kuberhealthy.runner import ERR_REPORT, ERR_RUNNING, Outcome, Runner, RunResult
-from kuberhealthy.runnow import RUN_NOW_ANNOTATION
-from kuberhealthy.schemacheck import REASON as OUTDATED_CRD
+from kuberhealthy.outputs.events import EventRecorder
+from kuberhealthy.outputs.schemacheck import REASON as OUTDATED_CRD
+from kuberhealthy.records.checkspec import CheckSpec
+from kuberhealthy.records.history import ADDED_KEYS
+from kuberhealthy.records.runnow import RUN_NOW_ANNOTATION
+from kuberhealthy.run.runner import ERR_REPORT, ERR_RUNNING, Outcome, Runner, RunResult
 from testbed.builders import container, khc, khcheck, khs, khstate, pods_path, rfc3339
 from testbed.cluster import TestCluster
 from testbed.crds import load_crds
@@ -412,7 +412,7 @@ def keeps_history_fields(cluster: TestCluster, ns: str) -> bool:
 
 def test_an_old_khstate_crd_that_would_prune_the_history_is_warned_about_at_start(
         cluster: TestCluster, namespace: str, replicas: Replicas, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.WARNING, logger="kuberhealthy.schemacheck")
+    caplog.set_level(logging.WARNING, logger="kuberhealthy.outputs.schemacheck")
     pod = cluster.request("POST", pods_path(namespace), {  # the daemon's own pod, for the Event
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "kh-old-crd"},
         "spec": {"nodeName": "not-simulated", "containers": [{"name": "kuberhealthy", "image": "kuberhealthy"}]}})

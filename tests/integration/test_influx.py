@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from influxdb import InfluxDBClient
 
-from kuberhealthy import config as khconfig
-from kuberhealthy.influx import InfluxForwarder
+from kuberhealthy.base import config as khconfig
+from kuberhealthy.outputs.influx import InfluxForwarder
 from testbed.influxd import InfluxD
 from testbed.loopback import free_port
 from testbed.wait import wait_for

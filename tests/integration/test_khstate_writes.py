@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from kuberhealthy import khstate
 from kuberhealthy.kube import KHSTATES, Resources
+from kuberhealthy.records import khstate
 
 
 def test_a_report_is_stored_even_when_the_cached_copy_predates_the_runs_claim(res: Resources,

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from kuberhealthy.errors import Conflict, NotFound
+from kuberhealthy.base.errors import Conflict, NotFound
 from kuberhealthy.kube import KHCHECKS, KHSTATES, PODS, Notifier, Reflector, Resources
 from testbed.builders import checker_pod, khcheck
 from testbed.wait import wait_for

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from kuberhealthy.kube import KHCHECKS, KHJOBS, KHSTATES, LEASES
-from kuberhealthy.runnow import RUN_NOW_ANNOTATION
+from kuberhealthy.records.runnow import RUN_NOW_ANNOTATION
 from testbed.builders import khcheck, khjob
 from testbed.cluster import TestCluster
 from testbed.helm import Helm

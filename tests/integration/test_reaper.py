@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from kuberhealthy import config as khconfig
-from kuberhealthy.khstate import new_body
+from kuberhealthy.base import config as khconfig
+from kuberhealthy.control.reaper import CheckReaper, StateReaper
+from kuberhealthy.daemon.services import Services
 from kuberhealthy.kube import KHSTATES, Kube
-from kuberhealthy.reaper import CheckReaper, StateReaper
-from kuberhealthy.services import Services
+from kuberhealthy.records.khstate import new_body
 from testbed.builders import cr_path, khc, khcheck, khj, khjob, khs
 from testbed.cluster import TestCluster
 from testbed.objects import create_finished_pod

@@ -19,13 +19,13 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from kuberhealthy.checkpod import TOKEN_PATH
-from kuberhealthy.checks import CheckSpec
-from kuberhealthy.errors import Forbidden
+from kuberhealthy.base.errors import Forbidden
 from kuberhealthy.kube.client import USER_AGENT
-from kuberhealthy.runner import Outcome, Runner, RunResult
+from kuberhealthy.records.checkpod import TOKEN_PATH
+from kuberhealthy.records.checkspec import CheckSpec
+from kuberhealthy.run.runner import Outcome, Runner, RunResult
 from kuberhealthy.web.context import EXTENSION, WebContext
-from kuberhealthy.web.tokens import TokenVerifier
+from kuberhealthy.web.report.tokens import TokenVerifier
 from testbed.builders import khc, khcheck, khs, pods_path
 from testbed.cluster import TestCluster
 from testbed.inprocess import InProcessDaemon
@@ -169,7 +169,7 @@ def test_with_enforce_a_valid_uuid_from_a_foreign_address_is_refused_and_from_th
 def test_by_default_a_report_from_a_foreign_address_is_accepted_logged_and_counted_and_v2_clients_work(
         namespace: str, daemon: InProcessDaemon, kubelet: SimKubelet, runs: ThreadPoolExecutor,
         caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.WARNING, logger="kuberhealthy.web.report")
+    caplog.set_level(logging.WARNING, logger="kuberhealthy.web.report.routes")
     cases = {"foreign": {"SIM_REPORT_FROM": outside_ip(2)}, "uuid-header": {},
              "by-address": {"SIM_NO_UUID_HEADER": "1"}}
     futures = {name: start(runs, daemon, spec(namespace, name, env)) for name, env in cases.items()}

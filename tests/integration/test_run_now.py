@@ -12,8 +12,8 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from kuberhealthy.runnow import RUN_NOW_ANNOTATION
-from kuberhealthy.workers import CheckWorker
+from kuberhealthy.control.workers import CheckWorker
+from kuberhealthy.records.runnow import RUN_NOW_ANNOTATION
 from testbed.builders import khc, khcheck
 from testbed.cluster import TestCluster
 from testbed.formats import promtool_check

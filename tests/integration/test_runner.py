@@ -8,12 +8,12 @@ from typing import Any
 import pytest
 import requests
 
-from kuberhealthy import khstate
-from kuberhealthy.checkpod import RUN_KEY_ANNOTATION, run_key_sha256
-from kuberhealthy.checks import CheckSpec
-from kuberhealthy.khstate import RUN_KEY_SHA256, RUN_POD
 from kuberhealthy.kube import KHSTATES, PODS
-from kuberhealthy.runner import Outcome, Phase, Runner
+from kuberhealthy.records import khstate
+from kuberhealthy.records.checkpod import RUN_KEY_ANNOTATION, run_key_sha256
+from kuberhealthy.records.checkspec import CheckSpec
+from kuberhealthy.records.khstate import RUN_KEY_SHA256, RUN_POD
+from kuberhealthy.run.runner import Outcome, Phase, Runner
 from testbed.builders import checker_pod
 from testbed.inprocess import InProcessDaemon, check_spec, state_of
 from testbed.wait import wait_for

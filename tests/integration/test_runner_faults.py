@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from kuberhealthy import khstate
-from kuberhealthy.errors import ServerError, Unreachable
+from kuberhealthy.base.errors import ServerError, Unreachable
 from kuberhealthy.kube import KHJOBS, KHSTATES, PODS
-from kuberhealthy.runner import Outcome, Runner
-from kuberhealthy.runstats import SKIP_API
+from kuberhealthy.outputs.runstats import SKIP_API
+from kuberhealthy.records import khstate
+from kuberhealthy.run.runner import Outcome, Runner
 from testbed.builders import MERGE_PATCH, checker_pod, khjob
 from testbed.cluster import TestCluster
 from testbed.inprocess import InProcessDaemon, check_spec, state_of

@@ -6,9 +6,9 @@ import json
 import sys
 from typing import Any
 
-from kuberhealthy.checkpod import TOKEN_AUDIENCE as AUDIENCE
-from kuberhealthy.checkpod import TOKEN_DIR as MOUNT
-from kuberhealthy.checkpod import TOKEN_PATH as INSIDE
+from kuberhealthy.records.checkpod import TOKEN_AUDIENCE as AUDIENCE
+from kuberhealthy.records.checkpod import TOKEN_DIR as MOUNT
+from kuberhealthy.records.checkpod import TOKEN_PATH as INSIDE
 from testbed.builders import TOKEN_FILE_ENV, container, pods_path
 from testbed.cluster import TestCluster
 from testbed.loopback import outside_ip

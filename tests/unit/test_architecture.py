@@ -49,8 +49,8 @@ def test_no_module_of_the_package_imports_inside_a_function() -> None:
 
 
 def test_no_part_imports_the_composition_root() -> None:
-    importers = {m for m, deps in graph(PACKAGE).items() if "kuberhealthy.services" in deps}
-    assert importers <= {"kuberhealthy.server"}
+    importers = {m for m, deps in graph(PACKAGE).items() if "kuberhealthy.daemon.services" in deps}
+    assert importers <= {"kuberhealthy.daemon.server"}
 
 
 def test_only_the_kube_package_imports_the_kubernetes_client() -> None:

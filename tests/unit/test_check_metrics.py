@@ -8,7 +8,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
-from kuberhealthy.metrics import CheckStatsCollector, InfluxCollector
+from kuberhealthy.web.status.metrics import CheckStatsCollector, InfluxCollector
 
 
 def samples(entries: list[dict[str, Any]], dropped: int = 0) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -1,6 +1,6 @@
 """The checker pod: name, labels, annotations, env injection, restartPolicy, owner."""
-from kuberhealthy.checkpod import RUN_KEY_ANNOTATION, TOKEN_VOLUME, build_pod, pod_env_value
-from kuberhealthy.checks import CheckSpec, validate_pod_spec
+from kuberhealthy.records.checkpod import RUN_KEY_ANNOTATION, TOKEN_VOLUME, build_pod, pod_env_value
+from kuberhealthy.records.checkspec import CheckSpec, validate_pod_spec
 
 
 def check(**spec: object) -> CheckSpec:

@@ -3,8 +3,8 @@ from pathlib import Path
 
 import pytest
 
-from kuberhealthy.config import from_mapping, load, parse_listen_address
-from kuberhealthy.errors import ConfigError
+from kuberhealthy.base.config import from_mapping, load, parse_listen_address
+from kuberhealthy.base.errors import ConfigError
 
 ENV = {"POD_NAME": "kh-0", "POD_NAMESPACE": "health"}
 

@@ -3,8 +3,8 @@ from pathlib import Path
 
 import pytest
 
-from kuberhealthy.config import Config, load
-from kuberhealthy.configwatch import ConfigWatcher
+from kuberhealthy.base.config import Config, load
+from kuberhealthy.daemon.configwatch import ConfigWatcher
 
 
 def test_a_changed_valid_file_is_applied_once(tmp_path: Path) -> None:

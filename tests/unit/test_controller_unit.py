@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from kuberhealthy import khstate
-from kuberhealthy.checks import CheckSpec
-from kuberhealthy.controller import Controller, JobWorker
+from kuberhealthy.base.threads import Deaths
+from kuberhealthy.control.controller import Controller, JobWorker
 from kuberhealthy.kube import KHCHECKS, KHJOBS, KHSTATES, PODS, Obj
-from kuberhealthy.runner import Outcome, Phase, Runner, RunResult
+from kuberhealthy.records import khstate
+from kuberhealthy.records.checkspec import CheckSpec
+from kuberhealthy.run.runner import Outcome, Phase, Runner, RunResult
 from kuberhealthy.seams import Part
-from kuberhealthy.threads import Deaths
 from testbed.fakes import NS, FakeClock, FakeServices, fake_config, khcheck, khjob, khstate_of, report
 
 JOIN = 5.0  # seconds

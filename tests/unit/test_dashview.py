@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from kuberhealthy.history import format_time
-from kuberhealthy.web import dashview
-from kuberhealthy.web.changelog import ChangeLog, Delta
-from kuberhealthy.web.dashview import Filter, countdown, duration_text, relative
+from kuberhealthy.records.history import format_time
+from kuberhealthy.web.dashboard import view as dashview
+from kuberhealthy.web.dashboard.changelog import ChangeLog, Delta
+from kuberhealthy.web.dashboard.view import Filter, countdown, duration_text, relative
 
 NOW = 1_800_000_000.0
 

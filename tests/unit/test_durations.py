@@ -3,7 +3,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kuberhealthy.durations import format_duration, parse_duration
+from kuberhealthy.base.durations import format_duration, parse_duration
 
 
 @pytest.mark.parametrize(("text", "seconds"), [

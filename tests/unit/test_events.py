@@ -1,4 +1,4 @@
-"""The Event recorder (kuberhealthy/events.py) over a fake events API: stepped by hand with an injected
+"""The Event recorder (kuberhealthy/outputs/events.py) over a fake events API: stepped by hand with an injected
 clock, and a few tests of its thread (no sleeps; waits on events with a generous bound)."""
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from kuberhealthy import events as ev
-from kuberhealthy.errors import ApiError, Conflict, Forbidden, NotFound, ServerError, Unreachable
-from kuberhealthy.events import EventRecorder, ObjectRef
+from kuberhealthy.base.errors import ApiError, Conflict, Forbidden, NotFound, ServerError, Unreachable
+from kuberhealthy.outputs import events as ev
+from kuberhealthy.outputs.events import EventRecorder, ObjectRef
 
 T0 = 1_796_119_200.0  # 2026-12-01T10:00:00Z
 CHECK = ObjectRef(ev.KIND_CHECK, "team-a", "dns", "uid-1")
@@ -304,7 +304,7 @@ def test_a_slow_api_never_blocks_the_caller(running: EventRecorder, api: FakeEve
 
 def test_api_errors_are_logged_and_the_thread_carries_on(running: EventRecorder, api: FakeEvents,
                                                          caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.WARNING, "kuberhealthy.events")
+    caplog.set_level(logging.WARNING, "kuberhealthy.outputs.events")
     api.fail = [Forbidden("events is forbidden: User cannot create events")]
     running.check_failed(CHECK, "one")
     running.check_failed(CHECK, "two")

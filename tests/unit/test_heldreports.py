@@ -4,8 +4,8 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from kuberhealthy.errors import Unreachable
-from kuberhealthy.heldreports import Held, HeldReports
+from kuberhealthy.base.errors import Unreachable
+from kuberhealthy.outputs.heldreports import Held, HeldReports
 
 
 class FakeResources:

@@ -1,4 +1,4 @@
-"""The khstate history, counters and statistics (kuberhealthy/history.py): pure functions, no I/O but the
+"""The khstate history, counters and statistics (kuberhealthy/records/history.py): pure functions, no I/O but the
 chart's CRD file, which the written keys must validate against."""
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kuberhealthy import history as h
-from kuberhealthy.history import RunRecord
+from kuberhealthy.records import history as h
+from kuberhealthy.records.history import RunRecord
 
 T0 = 1_796_119_200.0  # 2026-12-01T10:00:00Z
 ROOT = Path(__file__).resolve().parents[2]

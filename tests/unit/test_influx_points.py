@@ -7,9 +7,15 @@ from typing import Any
 
 import pytest
 
-from kuberhealthy import config as khconfig
-from kuberhealthy.errors import ConfigError
-from kuberhealthy.influx import InfluxDBClientError, InfluxForwarder, client_settings, make_points, measurement_name
+from kuberhealthy.base import config as khconfig
+from kuberhealthy.base.errors import ConfigError
+from kuberhealthy.outputs.influx import (
+    InfluxDBClientError,
+    InfluxForwarder,
+    client_settings,
+    make_points,
+    measurement_name,
+)
 
 
 def cfg(**raw: Any) -> khconfig.Config:
@@ -110,7 +116,7 @@ def test_an_unusable_influx_setting_stops_start_up_naming_the_key(raw: dict[str,
 
 def test_a_full_queue_drops_the_oldest_runs_with_one_warning(caplog: pytest.LogCaptureFixture) -> None:
     fwd, client = forwarder(queue_runs=2)
-    with caplog.at_level(logging.WARNING, logger="kuberhealthy.influx"):
+    with caplog.at_level(logging.WARNING, logger="kuberhealthy.outputs.influx"):
         for name in ("a", "b", "c", "d"):
             fwd.push("ns", name, True, [], 1.0)
     assert fwd.queued() == 2 and fwd.dropped == 4

@@ -1,5 +1,5 @@
 """The elector's pure decision: create, acquire, renew or wait — judged by our own monotonic clock."""
-from kuberhealthy.leader import Action, Record, decide
+from kuberhealthy.control.leader import Action, Record, decide
 
 
 def rec(holder: str, renew: str = "t1", duration: float = 15) -> Record:

@@ -4,9 +4,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from kuberhealthy.config import LeaderElection
-from kuberhealthy.errors import Conflict, NotFound, Unreachable
-from kuberhealthy.leader import Action, LeaderElector
+from kuberhealthy.base.config import LeaderElection
+from kuberhealthy.base.errors import Conflict, NotFound, Unreachable
+from kuberhealthy.control.leader import Action, LeaderElector
 
 SETTINGS = LeaderElection(lease_name="kh", lease_duration=15, renew_deadline=10, retry_period=2)
 

@@ -10,9 +10,9 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 from prometheus_client.parser import text_string_to_metric_families
 
-from kuberhealthy.config import PromMetrics
-from kuberhealthy.metrics import duration_seconds, error_label, make_registry
-from kuberhealthy.state import Summary, details_of, summarize
+from kuberhealthy.base.config import PromMetrics
+from kuberhealthy.web.status.metrics import duration_seconds, error_label, make_registry
+from kuberhealthy.web.status.page import Summary, details_of, summarize
 
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
 

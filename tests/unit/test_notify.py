@@ -4,7 +4,7 @@ from __future__ import annotations
 import threading
 import time
 
-from kuberhealthy.notify import Notifier
+from kuberhealthy.base.notify import Notifier
 
 A = ("pods", "uuid", "a")
 B = ("pods", "uuid", "b")

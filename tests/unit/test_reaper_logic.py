@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from kuberhealthy import config as khconfig
-from kuberhealthy.reaper import (
+from kuberhealthy.base import config as khconfig
+from kuberhealthy.control.reaper import (
     MIN_CHECK_POD_AGE,
     Limits,
     khjobs_to_reap,

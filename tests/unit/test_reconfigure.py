@@ -1,8 +1,8 @@
 """Which config changes apply live, which need a rebuild of the caches, which only a restart applies."""
 from __future__ import annotations
 
-from kuberhealthy.config import from_mapping
-from kuberhealthy.services import needs_rebuild, needs_restart
+from kuberhealthy.base.config import from_mapping
+from kuberhealthy.daemon.services import needs_rebuild, needs_restart
 
 ENV = {"POD_NAME": "kh-0", "POD_NAMESPACE": "kuberhealthy"}
 

@@ -6,7 +6,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from kuberhealthy.errors import Unreachable
+from kuberhealthy.base.errors import Unreachable
 from kuberhealthy.kube import KHCHECKS, Reflector
 from kuberhealthy.kube.client import Kube
 from kuberhealthy.kube.reflector import READ_GRACE, WATCH_SECONDS

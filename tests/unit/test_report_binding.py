@@ -9,8 +9,11 @@ from typing import Any
 
 import pytest
 
-from kuberhealthy import khstate
-from kuberhealthy.checkpod import (
+from kuberhealthy.base.errors import Unreachable
+from kuberhealthy.base.notify import Notifier
+from kuberhealthy.kube import Obj, key_of
+from kuberhealthy.records import khstate
+from kuberhealthy.records.checkpod import (
     RUN_KEY_ANNOTATION,
     pod_check_index,
     pod_ip_index,
@@ -18,10 +21,8 @@ from kuberhealthy.checkpod import (
     run_key_sha256,
     slim_pod,
 )
-from kuberhealthy.errors import Unreachable
-from kuberhealthy.kube import Obj, key_of
-from kuberhealthy.notify import Notifier
-from kuberhealthy.web.caller import (
+from kuberhealthy.web.ratelimit import RateLimiter
+from kuberhealthy.web.report.caller import (
     SOURCE_FOREIGN,
     SOURCE_OK,
     SOURCE_OTHER_POD,
@@ -31,8 +32,7 @@ from kuberhealthy.web.caller import (
     UnknownCaller,
     source_verdict,
 )
-from kuberhealthy.web.ratelimit import RateLimiter
-from kuberhealthy.web.tokens import InvalidToken, TokenNotYetVerified, TokenVerifier, bearer, identity_of
+from kuberhealthy.web.report.tokens import InvalidToken, TokenNotYetVerified, TokenVerifier, bearer, identity_of
 
 NS, CHECK, RUN = "team", "dns", "run-1"
 

@@ -10,11 +10,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from kuberhealthy import khstate, runnow
-from kuberhealthy.checks import CheckSpec
-from kuberhealthy.controller import Controller
+from kuberhealthy.control.controller import Controller
 from kuberhealthy.kube import KHCHECKS, KHSTATES, Obj
-from kuberhealthy.runner import Outcome, Phase, RunResult
+from kuberhealthy.records import khstate, runnow
+from kuberhealthy.records.checkspec import CheckSpec
+from kuberhealthy.run.runner import Outcome, Phase, RunResult
 from testbed.fakes import NS, FakeServices, khcheck, khstate_of
 
 JOIN = 5.0  # seconds

@@ -12,12 +12,12 @@ from typing import Any, Generic, Protocol
 
 import pytest
 
-from kuberhealthy import khstate
-from kuberhealthy.checkpod import build_pod
-from kuberhealthy.checks import CheckSpec
-from kuberhealthy.errors import Unreachable
+from kuberhealthy.base.errors import Unreachable
 from kuberhealthy.kube import KHSTATES, PODS, Api, Cache, Obj
-from kuberhealthy.runner import Outcome, Phase, Runner, RunResult
+from kuberhealthy.records import khstate
+from kuberhealthy.records.checkpod import build_pod
+from kuberhealthy.records.checkspec import CheckSpec
+from kuberhealthy.run.runner import Outcome, Phase, Runner, RunResult
 from kuberhealthy.seams import ControlNeeds, ReaperNeeds, RunNeeds, WebNeeds
 from testbed.fakes import NODE, NS, REPORTING_URL, FakeServices, FakeStop, check_spec, khstate_of, report
 

@@ -1,6 +1,6 @@
 """listenAddress → gunicorn bind, with Go's meaning of `:port`."""
-from kuberhealthy.config import from_mapping
-from kuberhealthy.server import _bind
+from kuberhealthy.base.config import from_mapping
+from kuberhealthy.daemon.server import _bind
 
 ENV = {"POD_NAME": "kh-0"}
 

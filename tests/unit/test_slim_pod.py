@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from kuberhealthy.checkpod import pod_check_index, pod_ip_index, pod_uuid_index, slim_pod
-from kuberhealthy.reaper import Limits, pod_finished_at, pods_to_reap
-from kuberhealthy.runpod import live, pending, start_failure, terminating
-from kuberhealthy.web.caller import CallerFinder, UnknownCaller
+from kuberhealthy.control.reaper import Limits, pod_finished_at, pods_to_reap
+from kuberhealthy.records.checkpod import pod_check_index, pod_ip_index, pod_uuid_index, slim_pod
+from kuberhealthy.run.podstate import live, pending, start_failure, terminating
+from kuberhealthy.web.report.caller import CallerFinder, UnknownCaller
 
 
 def pod(phase: str = "Succeeded", **status: Any) -> dict[str, Any]:

@@ -12,8 +12,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kuberhealthy.khstate import FINISHED_UUID, RUN_POD
-from kuberhealthy.state import (
+from kuberhealthy.records.khstate import FINISHED_UUID, RUN_POD
+from kuberhealthy.web.status.page import (
     StatusCache,
     details_of,
     go_json_string,

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from kuberhealthy import server
-from kuberhealthy.config import load
-from kuberhealthy.services import Services
-from kuberhealthy.threads import BackgroundThread, Deaths, PeriodicThread
+from kuberhealthy.base.config import load
+from kuberhealthy.base.threads import BackgroundThread, Deaths, PeriodicThread
+from kuberhealthy.daemon import server
+from kuberhealthy.daemon.services import Services
 
 
 class Crashing(BackgroundThread):

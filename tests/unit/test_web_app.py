@@ -12,14 +12,14 @@ from typing import Any
 from flask.testing import FlaskClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from kuberhealthy import khstate
+from kuberhealthy.base.errors import ServerError, Unreachable
 from kuberhealthy.checkclient import RUN_UUID_HEADER
-from kuberhealthy.checkpod import build_pod
-from kuberhealthy.errors import ServerError, Unreachable
 from kuberhealthy.kube import KHJOBS, KHSTATES, PODS, Obj
-from kuberhealthy.runner import Outcome, Phase, Runner
+from kuberhealthy.records import khstate
+from kuberhealthy.records.checkpod import build_pod
+from kuberhealthy.run.runner import Outcome, Phase, Runner
 from kuberhealthy.web import create_app
-from kuberhealthy.web.reportbody import MAX_BODY
+from kuberhealthy.web.report.body import MAX_BODY
 from testbed.fakes import NS, POD_NAME, REPORTING_URL, FakeServices, FakeStop, check_spec, khjob, khstate_of
 
 OK = {"OK": True, "Errors": []}

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 from flask import Flask
 
-from kuberhealthy.services import Services
+from kuberhealthy.daemon.services import Services
 from kuberhealthy.web import create_app
 from testbed.cluster import TestCluster
 from testbed.inprocess import PodMaker, WebServer, make_services, serve

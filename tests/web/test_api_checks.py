@@ -11,10 +11,10 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from kuberhealthy import khstate
-from kuberhealthy.history import parse_time
-from kuberhealthy.runnow import RUN_NOW_ANNOTATION
-from kuberhealthy.services import Services
+from kuberhealthy.daemon.services import Services
+from kuberhealthy.records import khstate
+from kuberhealthy.records.history import parse_time
+from kuberhealthy.records.runnow import RUN_NOW_ANNOTATION
 from testbed.builders import khc, khcheck, khj, khjob
 from testbed.cluster import TestCluster
 from testbed.formats import promtool_check

@@ -9,9 +9,9 @@ from collections.abc import Iterator
 import pytest
 from flask import Flask
 
-from kuberhealthy.errors import Forbidden, Unreachable
-from kuberhealthy.services import Services
-from kuberhealthy.web.reportbody import MAX_BODY
+from kuberhealthy.base.errors import Forbidden, Unreachable
+from kuberhealthy.daemon.services import Services
+from kuberhealthy.web.report.body import MAX_BODY
 from testbed.inprocess import PodMaker, WebServer, rv, serve
 from testbed.loopback import pod_ip
 from testbed.rawhttp import post_report, request
@@ -246,7 +246,7 @@ def test_when_storing_fails_for_a_lasting_reason_the_answer_is_500(server: WebSe
     def fail(*_a: object, **_k: object) -> None:
         raise Forbidden("PUT khstates: forbidden")
 
-    monkeypatch.setattr("kuberhealthy.web.report.record_report", fail)
+    monkeypatch.setattr("kuberhealthy.web.report.routes.record_report", fail)
     answer = post_report(server, OK, run_uuid=run, source_ip=pod.ip)
     assert answer.status == 500
     assert "failed to store check state for broken" in answer.text
@@ -261,7 +261,7 @@ def test_a_report_the_api_cannot_store_now_is_accepted_held_and_written_when_it_
     def away(*_a: object, **_k: object) -> None:
         raise Unreachable("PUT khstates: connection refused")
 
-    monkeypatch.setattr("kuberhealthy.web.report.record_report", away)
+    monkeypatch.setattr("kuberhealthy.web.report.routes.record_report", away)
     answer = post_report(server, {"OK": False, "Errors": ["disk full"]}, run_uuid=run, source_ip=pod.ip)
     assert answer.status == 200  # the checker must not spend its deadline retrying
     assert services.held.holds(run)
@@ -306,11 +306,11 @@ def test_each_report_logs_one_info_line_with_a_request_id_and_no_body(server: We
     maker.khstate("logged", run)
     pod = maker.pod("logged", run)
     secret = "do-not-log-this-body"
-    with caplog.at_level(logging.INFO, logger="kuberhealthy.web.report"):
+    with caplog.at_level(logging.INFO, logger="kuberhealthy.web.report.routes"):
         ok = post_report(server, {"OK": False, "Errors": [secret]}, run_uuid=run, source_ip=pod.ip)
         bad = post_report(server, {"OK": False}, run_uuid=run, source_ip=pod.ip)
     assert ok.status == 200 and bad.status == 400
-    lines = [r for r in caplog.records if r.name == "kuberhealthy.web.report" and r.levelno >= logging.INFO]
+    lines = [r for r in caplog.records if r.name == "kuberhealthy.web.report.routes" and r.levelno >= logging.INFO]
     assert len(lines) == 2
     for record, answer in zip(lines, (ok, bad), strict=True):
         message = record.getMessage()

@@ -16,9 +16,9 @@ from flask import Flask
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kuberhealthy.services import Services
+from kuberhealthy.daemon.services import Services
 from kuberhealthy.web import create_app
-from kuberhealthy.web.reportbody import MAX_BODY
+from kuberhealthy.web.report.body import MAX_BODY
 from testbed.inprocess import PodMaker, rv, wait_cached
 from testbed.loopback import pod_ip
 
@@ -91,7 +91,7 @@ def test_no_generated_report_crashes_the_handler_or_changes_a_khstate(maker: Pod
             assert text.endswith("\n") and len(text.splitlines()) == 1
 
     outcomes = OutcomeCounter()
-    report_logger = logging.getLogger("kuberhealthy.web.report")
+    report_logger = logging.getLogger("kuberhealthy.web.report.routes")
     report_logger.addHandler(outcomes)
     old_level = report_logger.level
     report_logger.setLevel(logging.INFO)

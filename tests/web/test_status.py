@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from flask import Flask
 
-from kuberhealthy.services import Services
+from kuberhealthy.daemon.services import Services
 from kuberhealthy.web import create_app
 from testbed.builders import khj, khjob
 from testbed.cluster import TestCluster

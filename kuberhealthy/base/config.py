@@ -1,0 +1,312 @@
+"""Settings: the YAML config file (camelCase keys as in Kuberhealthy v2) plus environment overrides.
+
+Everything is validated at load time into frozen dataclasses, so a bad value stops start-up with a
+message naming the key instead of failing later in a thread. This module reads files and the
+environment; it never talks to the API.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+import yaml
+
+from kuberhealthy.base.durations import parse_duration
+from kuberhealthy.base.errors import ConfigError
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_CONFIG_PATH = "/etc/config/kuberhealthy.yaml"
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+@dataclass(frozen=True)
+class LeaderElection:
+    lease_name: str = "kuberhealthy"
+    lease_duration: float = 15.0  # seconds a lease is valid without renewal
+    renew_deadline: float = 10.0  # seconds the leader keeps trying to renew before it steps down
+    retry_period: float = 2.0  # seconds between acquire/renew attempts
+
+
+@dataclass(frozen=True)
+class PromMetrics:
+    suppress_error_label: bool = False
+    error_label_max_length: int = 0  # 0 = no truncation
+
+
+@dataclass(frozen=True)
+class Config:
+    listen_host: str = ""  # "" = all interfaces
+    listen_port: int = 8080
+    enable_force_master: bool = False
+    log_level: str = "info"
+    enable_influx: bool = False
+    influx_url: str = ""
+    influx_username: str = ""
+    influx_password: str = field(default="", repr=False)
+    influx_db: str = ""
+    external_check_reporting_url: str = ""  # resolved: never empty after load()
+    max_khjob_age: float = 15 * 60.0  # seconds
+    max_check_pod_age: float = 72 * 3600.0  # seconds
+    max_completed_pod_count: int = 4
+    max_error_pod_count: int = 4
+    target_namespace: str = ""  # "" = all namespaces
+    leader_election: LeaderElection = field(default_factory=LeaderElection)
+    check_change_debounce: float = 10.0  # seconds
+    state_reaper_interval: float = 60.0  # seconds
+    check_reaper_run_interval: float = 30.0  # seconds
+    prom_metrics: PromMetrics = field(default_factory=PromMetrics)
+    pod_name: str = ""  # this replica's identity (POD_NAME, default hostname)
+    pod_namespace: str = "kuberhealthy"  # POD_NAMESPACE
+    # Report authenticity (CONTRACT section 11)
+    report_source_check: str = "warn"  # warn | enforce | off: header-path reports from elsewhere than the pod/node
+    report_auth: str = "token-or-uuid"  # token-or-uuid | token (a projected ServiceAccount token is required)
+    report_rate_limit: float = 20.0  # reports per second per source address (sustained)
+    report_rate_burst: int = 200  # reports per source address in a burst
+    # History, run now, dashboard (CONTRACT section 12)
+    history_length: int = 24  # runs kept in each khstate's history (0 = off)
+    capture_logs: bool = True  # keep the log tail of failed runs in their history entry
+    expose_logs: bool = False  # show those log tails on the unauthenticated JSON API and dashboard
+    enable_run_api: bool = True  # POST /api/checks/<ns>/<name>/run
+    dashboard_at_root: bool = False  # browsers asking for HTML at / get the dashboard
+
+    @property
+    def listen_address(self) -> str:
+        return f"{self.listen_host}:{self.listen_port}"
+
+
+_KNOWN_KEYS = {
+    "listenAddress", "enableForceMaster", "logLevel", "enableInflux", "influxURL", "influxUsername",
+    "influxPassword", "influxDB", "externalCheckReportingURL", "maxKHJobAge", "maxCheckPodAge",
+    "maxCompletedPodCount", "maxErrorPodCount", "targetNamespace", "leaderElection", "checkChangeDebounce",
+    "stateReaperInterval", "checkReaperRunInterval", "promMetricsConfig",
+    "reportSourceCheck", "reportAuth", "reportRateLimit", "reportRateBurst",
+    "historyLength", "captureLogs", "exposeLogs", "enableRunAPI", "dashboardAtRoot",
+}
+REPORT_SOURCE_CHECKS = ("warn", "enforce", "off")
+REPORT_AUTHS = ("token-or-uuid", "token")
+
+
+def _bool(raw: Mapping[str, Any], key: str, default: bool, prefix: str = "") -> bool:
+    if key not in raw or raw[key] is None:
+        return default
+    v = raw[key]
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, str) and v.strip().lower() in ("true", "false"):
+        return v.strip().lower() == "true"
+    raise ConfigError(prefix + key, f"expected true or false, got {v!r}")
+
+
+def _str(raw: Mapping[str, Any], key: str, default: str, prefix: str = "") -> str:
+    if key not in raw or raw[key] is None:
+        return default
+    v = raw[key]
+    if isinstance(v, (str, int, float)) and not isinstance(v, bool):
+        return str(v)
+    raise ConfigError(prefix + key, f"expected a string, got {v!r}")
+
+
+def _int(raw: Mapping[str, Any], key: str, default: int, prefix: str = "") -> int:
+    if key not in raw or raw[key] is None:
+        return default
+    v = raw[key]
+    if isinstance(v, str) and v.strip().lstrip("-").isdigit():
+        v = int(v.strip())
+    if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+        raise ConfigError(prefix + key, f"expected a whole number >= 0, got {raw[key]!r}")
+    return v
+
+
+def _choice(raw: Mapping[str, Any], key: str, choices: tuple[str, ...]) -> str:
+    value = _str(raw, key, choices[0]).strip()
+    if value not in choices:
+        raise ConfigError(key, f"expected one of {', '.join(choices)}, got {raw.get(key)!r}")
+    return value
+
+
+def _rate(raw: Mapping[str, Any], key: str, default: float) -> float:
+    v = raw.get(key, default)
+    if isinstance(v, str):
+        try:
+            v = float(v.strip())
+        except ValueError:
+            raise ConfigError(key, f"expected a number of requests per second > 0, got {raw.get(key)!r}") from None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < float("inf"):
+        raise ConfigError(key, f"expected a number of requests per second > 0, got {raw.get(key)!r}")
+    return float(v)
+
+
+def _duration(raw: Mapping[str, Any], key: str, default: float, prefix: str = "",
+              env: str | None = None, positive: bool = True,
+              environ: Mapping[str, str] | None = None) -> float:
+    value: Any = raw.get(key)
+    source = prefix + key
+    if env and environ and environ.get(env):
+        value, source = environ[env], env
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise ConfigError(source, f"expected a duration such as 90s or 1m30s, got {value!r}")
+    try:
+        # A bare number is not a Go duration (ParseDuration("10") fails: missing unit); only 0 is.
+        seconds = parse_duration(str(value))
+    except ValueError:
+        raise ConfigError(source, f"invalid duration {value!r} (use Go syntax: 500ms, 90s, 1m30s, 1h)") from None
+    if positive and seconds <= 0:
+        raise ConfigError(source, f"must be greater than zero, got {value!r}")
+    return seconds
+
+
+def parse_listen_address(value: str) -> tuple[str, int]:
+    """`host:port`, `:port` or `[v6]:port` → (host, port). Raises ValueError."""
+    text = value.strip()
+    if text.startswith("["):
+        host, sep, port = text[1:].partition("]:")
+        if not sep:
+            raise ValueError(value)
+    else:
+        host, sep, port = text.rpartition(":")
+        if not sep:
+            raise ValueError(value)
+    if not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ValueError(value)
+    return host, int(port)
+
+
+def from_mapping(raw: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> Config:
+    """Validate a parsed config document (plus environment) into a Config."""
+    env = os.environ if environ is None else environ
+    if not isinstance(raw, Mapping):
+        raise ConfigError("<root>", "the config file must be a YAML mapping of keys to values")
+    for key in raw:
+        if key not in _KNOWN_KEYS:
+            logger.warning("Ignoring unknown config key %r", key)
+
+    try:
+        host, port = parse_listen_address(_str(raw, "listenAddress", ":8080"))
+    except ValueError:
+        raise ConfigError("listenAddress", f"expected host:port or :port, got {raw.get('listenAddress')!r}") from None
+
+    log_level = _str(raw, "logLevel", "info").lower()
+    if log_level == "warn":
+        log_level = "warning"
+    if log_level not in LOG_LEVELS:
+        raise ConfigError("logLevel", f"expected one of {', '.join(LOG_LEVELS)}, got {raw.get('logLevel')!r}")
+
+    le_raw = raw.get("leaderElection") or {}
+    if not isinstance(le_raw, Mapping):
+        raise ConfigError("leaderElection", "expected a mapping with leaseName, leaseDuration, ...")
+    p = "leaderElection."
+    le = LeaderElection(
+        lease_name=_str(le_raw, "leaseName", "kuberhealthy", p),
+        lease_duration=_duration(le_raw, "leaseDuration", 15.0, p),
+        renew_deadline=_duration(le_raw, "renewDeadline", 10.0, p),
+        retry_period=_duration(le_raw, "retryPeriod", 2.0, p),
+    )
+    if not le.lease_name:
+        raise ConfigError("leaderElection.leaseName", "must not be empty")
+    if le.lease_duration <= le.renew_deadline:
+        raise ConfigError("leaderElection.leaseDuration", "must be greater than leaderElection.renewDeadline")
+    if le.renew_deadline <= le.retry_period:
+        raise ConfigError("leaderElection.renewDeadline", "must be greater than leaderElection.retryPeriod")
+
+    pm_raw = raw.get("promMetricsConfig") or {}
+    if not isinstance(pm_raw, Mapping):
+        raise ConfigError("promMetricsConfig", "expected a mapping with suppressErrorLabel, errorLabelMaxLength")
+    pm = PromMetrics(
+        suppress_error_label=_bool(pm_raw, "suppressErrorLabel", False, "promMetricsConfig."),
+        error_label_max_length=_int(pm_raw, "errorLabelMaxLength", 0, "promMetricsConfig."),
+    )
+
+    pod_namespace = env.get("POD_NAMESPACE") or "kuberhealthy"
+    pod_name = env.get("POD_NAME") or socket.gethostname()
+    reporting_url = (env.get("KH_EXTERNAL_REPORTING_URL")
+                     or _str(raw, "externalCheckReportingURL", "")
+                     or f"http://kuberhealthy.{pod_namespace}.svc.cluster.local/externalCheckStatus")
+    if not reporting_url.startswith(("http://", "https://")):
+        raise ConfigError("externalCheckReportingURL", f"expected an http(s) URL, got {reporting_url!r}")
+
+    enable_influx = _bool(raw, "enableInflux", False)
+    influx_url = _str(raw, "influxURL", "")
+    if enable_influx:
+        try:
+            parts = urlsplit(influx_url)
+            parts.port  # noqa: B018 - raises ValueError for a bad port
+        except ValueError:
+            raise ConfigError("influxURL", f"invalid URL {influx_url!r}") from None
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ConfigError("influxURL", f"enableInflux is true but influxURL is not an http(s) URL: {influx_url!r}")
+        if not _str(raw, "influxDB", "").strip():
+            raise ConfigError("influxDB", "enableInflux is true but no database is named")
+
+    return Config(
+        listen_host=host,
+        listen_port=port,
+        enable_force_master=_bool(raw, "enableForceMaster", False),
+        log_level=log_level,
+        enable_influx=enable_influx,
+        influx_url=influx_url,
+        influx_username=_str(raw, "influxUsername", ""),
+        # KH_INFLUX_PASSWORD (the chart fills it from a Secret) wins over the file's key. Never logged:
+        # the field has repr=False, and no message names its value.
+        influx_password=env.get("KH_INFLUX_PASSWORD") or _str(raw, "influxPassword", ""),
+        influx_db=_str(raw, "influxDB", ""),
+        external_check_reporting_url=reporting_url,
+        max_khjob_age=_duration(raw, "maxKHJobAge", 15 * 60.0),
+        max_check_pod_age=_duration(raw, "maxCheckPodAge", 72 * 3600.0),
+        max_completed_pod_count=_int(raw, "maxCompletedPodCount", 4),
+        max_error_pod_count=_int(raw, "maxErrorPodCount", 4),
+        target_namespace=_str(raw, "targetNamespace", ""),
+        leader_election=le,
+        check_change_debounce=_duration(raw, "checkChangeDebounce", 10.0, positive=False),
+        state_reaper_interval=_duration(raw, "stateReaperInterval", 60.0),
+        check_reaper_run_interval=_duration(raw, "checkReaperRunInterval", 30.0, env="CHECK_REAPER_RUN_INTERVAL",
+                                            environ=env),
+        prom_metrics=pm,
+        pod_name=pod_name,
+        pod_namespace=pod_namespace,
+        report_source_check=_choice(raw, "reportSourceCheck", REPORT_SOURCE_CHECKS),
+        report_auth=_choice(raw, "reportAuth", REPORT_AUTHS),
+        report_rate_limit=_rate(raw, "reportRateLimit", 20.0),
+        report_rate_burst=_positive_int(raw, "reportRateBurst", 200),
+        history_length=_int(raw, "historyLength", 24),
+        capture_logs=_bool(raw, "captureLogs", True),
+        expose_logs=_bool(raw, "exposeLogs", False),
+        enable_run_api=_bool(raw, "enableRunAPI", True),
+        dashboard_at_root=_bool(raw, "dashboardAtRoot", False),
+    )
+
+
+def _positive_int(raw: Mapping[str, Any], key: str, default: int) -> int:
+    value = _int(raw, key, default)
+    if value < 1:
+        raise ConfigError(key, f"must be at least 1, got {raw.get(key)!r}")
+    return value
+
+
+def load(path: str | None, environ: Mapping[str, str] | None = None) -> Config:
+    """Load and validate the config file. A missing *default* file means all defaults."""
+    file = path or DEFAULT_CONFIG_PATH
+    try:
+        with open(file, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        if path is None:
+            logger.info("No config file at %s; using defaults", file)
+            return from_mapping({}, environ)
+        raise ConfigError("--config", f"config file {file} does not exist") from None
+    except OSError as e:
+        raise ConfigError("--config", f"cannot read {file}: {e.strerror}") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError("<file>", f"{file} is not valid YAML{where}") from None
+    return from_mapping(raw or {}, environ)

@@ -1,0 +1,2 @@
+"""Which checks run and when: leadership, the controller and its per-check workers, reapers.
+Knows nothing about HTTP."""

@@ -1,0 +1,286 @@
+"""Leader-only housekeeping: finished checker pods, completed khjobs and orphaned khstates.
+
+Two background parts, each one named thread on its own interval:
+  CheckReaper  (checkReaperRunInterval) deletes finished checker pods beyond the per-check counts or
+               older than maxCheckPodAge, and Completed khjobs older than maxKHJobAge.
+  StateReaper  (stateReaperInterval) deletes khstates that have neither a khcheck nor a khjob of the
+               same namespace/name.
+Both decide from the informer caches (no list calls) with pure functions that tests drive without I/O,
+and delete with the object's uid as a precondition, so a same-named successor is never hit. The state
+reaper confirms every candidate with a GET of the khcheck and the khjob first: a cache that lags
+behind a just-created check must never cost that check its state.
+
+Semantics follow Kuberhealthy v2.7.1's reaper, with these deliberate differences:
+  * maxCheckPodAge and maxKHJobAge are honoured as configured (the contract: "older than this are
+    deleted"); v2 silently raised them to at least 30s and 5m. Only the count-based clean-up keeps
+    a pod that finished less than 30s ago, since its run may still be reading it.
+  * The keep-counts apply per check (namespace + `kuberhealthy-check-name` label) and per phase:
+    the newest maxCompletedPodCount Succeeded and the newest maxErrorPodCount Failed pods are kept,
+    newest by creation time. v2 only applied either count once a check had more than
+    maxCompletedPodCount finished pods in total, so maxErrorPodCount could silently not apply.
+  * A pod's finish time is the latest container `finishedAt`; when a container has no terminated state
+    (v2 then never reaped the pod) it falls back to the latest condition transition, then startTime,
+    then creationTimestamp.
+
+What this module does not do: touch Pending or Running pods (the runner owns live pods), decide who
+leads (the controller starts these parts only on the leader), or list anything from the API.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from kuberhealthy.base.config import Config
+from kuberhealthy.base.errors import ApiError, NotFound
+from kuberhealthy.base.threads import PeriodicThread
+from kuberhealthy.kube import KHCHECKS, KHJOBS, KHSTATES, PODS, Obj, Resource, key_of
+from kuberhealthy.records.checkpod import CHECK_NAME_LABEL
+from kuberhealthy.seams import ReaperNeeds
+
+logger = logging.getLogger(__name__)
+
+MIN_CHECK_POD_AGE = 30.0  # seconds: the count-based clean-up leaves a just-finished pod this long
+FINISHED_PHASES = ("Succeeded", "Failed")
+
+
+# --- pure selection logic ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Doomed:
+    """An object selected for deletion, with the uid to guard the delete and why it goes."""
+
+    namespace: str
+    name: str
+    uid: str
+    reason: str
+
+    @classmethod
+    def of(cls, obj: Obj, reason: str) -> Doomed:
+        meta = obj.get("metadata") or {}
+        return cls(str(meta.get("namespace") or ""), str(meta.get("name") or ""), str(meta.get("uid") or ""),
+                   reason)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The reaper's limits (seconds, counts), as configured."""
+
+    max_completed_pods: int = 4
+    max_error_pods: int = 4
+    max_pod_age: float = 72 * 3600.0
+    max_khjob_age: float = 15 * 60.0
+
+    @classmethod
+    def from_config(cls, config: Config) -> Limits:
+        return cls(max_completed_pods=config.max_completed_pod_count,
+                   max_error_pods=config.max_error_pod_count,
+                   max_pod_age=config.max_check_pod_age,
+                   max_khjob_age=config.max_khjob_age)
+
+
+def parse_time(value: object) -> float | None:
+    """Unix seconds of an RFC3339 timestamp as the API writes it; None when absent or unreadable."""
+    if not isinstance(value, str) or not value:
+        return None
+    text = value.strip()
+    if text.endswith(("Z", "z")):
+        text = text[:-1] + "+00:00"
+    try:
+        parsed = dt.datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=dt.timezone.utc)
+    return parsed.timestamp()
+
+
+def _created(obj: Obj) -> float | None:
+    return parse_time((obj.get("metadata") or {}).get("creationTimestamp"))
+
+
+def pod_finished_at(pod: Obj) -> float | None:
+    """When a finished pod finished (see the module docstring for the fallbacks)."""
+    status = pod.get("status") or {}
+    statuses = status.get("containerStatuses") or []
+    finished = [parse_time(((cs.get("state") or {}).get("terminated") or {}).get("finishedAt"))
+                for cs in statuses]
+    if statuses and all(t is not None for t in finished):
+        return max(t for t in finished if t is not None)
+    conditions = status.get("conditions") or []
+    transitions = [t for t in (parse_time(c.get("lastTransitionTime")) for c in conditions) if t is not None]
+    if transitions:
+        return max(transitions)
+    return parse_time(status.get("startTime")) or _created(pod)
+
+
+def _newest_first(pod: Obj) -> tuple[float, float, str]:
+    # creationTimestamp has whole-second precision: break ties by finish time, then by name
+    # (checker pods are named <check>-<unix seconds>).
+    return (_created(pod) or 0.0, pod_finished_at(pod) or 0.0, str((pod.get("metadata") or {}).get("name")))
+
+
+def pods_to_reap(pods: Iterable[Obj], now: float, limits: Limits) -> list[Doomed]:
+    """Finished checker pods to delete, given every checker pod we know of and the wall-clock time."""
+    groups: dict[tuple[str, str, str], list[Obj]] = defaultdict(list)
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        phase = (pod.get("status") or {}).get("phase")
+        check = (meta.get("labels") or {}).get(CHECK_NAME_LABEL)
+        if phase not in FINISHED_PHASES or not check or meta.get("deletionTimestamp"):
+            continue
+        groups[(str(meta.get("namespace") or ""), str(check), str(phase))].append(pod)
+
+    doomed: list[Doomed] = []
+    for (_ns, _check, phase), members in sorted(groups.items()):
+        keep = limits.max_completed_pods if phase == "Succeeded" else limits.max_error_pods
+        setting = "maxCompletedPodCount" if phase == "Succeeded" else "maxErrorPodCount"
+        for rank, pod in enumerate(sorted(members, key=_newest_first, reverse=True)):
+            finished = pod_finished_at(pod)
+            if finished is None:
+                continue
+            age = now - finished
+            if age > limits.max_pod_age:
+                doomed.append(Doomed.of(pod, f"{phase} {age:.0f}s ago, older than maxCheckPodAge "
+                                             f"({limits.max_pod_age:.0f}s)"))
+            elif rank >= keep and age >= MIN_CHECK_POD_AGE:
+                doomed.append(Doomed.of(pod, f"{phase}, beyond the newest {keep} ({setting})"))
+    return doomed
+
+
+def khjobs_to_reap(jobs: Iterable[Obj], now: float, limits: Limits) -> list[Doomed]:
+    """Completed khjobs created more than maxKHJobAge ago."""
+    doomed: list[Doomed] = []
+    for job in jobs:
+        created = _created(job)
+        if (job.get("spec") or {}).get("phase") != "Completed" or created is None:
+            continue
+        if (job.get("metadata") or {}).get("deletionTimestamp"):
+            continue
+        age = now - created
+        if age > limits.max_khjob_age:
+            doomed.append(Doomed.of(job, f"Completed, created {age:.0f}s ago, older than maxKHJobAge "
+                                         f"({limits.max_khjob_age:.0f}s)"))
+    return doomed
+
+
+def orphan_states(states: Iterable[Obj], check_keys: set[str], job_keys: set[str]) -> list[Doomed]:
+    """khstates whose `namespace/name` is neither a known khcheck nor a known khjob."""
+    return [Doomed.of(s, "no khcheck or khjob of the same name") for s in states
+            if key_of(s) not in check_keys and key_of(s) not in job_keys
+            and not (s.get("metadata") or {}).get("deletionTimestamp")]
+
+
+# --- the threads ------------------------------------------------------------------------------------
+
+
+class _Periodic(PeriodicThread):
+    """One named thread calling reap_once() every `interval` seconds until stop()."""
+
+    thread_name = "kh-reaper"
+
+    def __init__(self, interval: float) -> None:
+        super().__init__(self.thread_name, interval)
+
+    def tick(self) -> None:
+        self.reap_once()
+
+    def reap_once(self) -> list[Doomed]:
+        raise NotImplementedError
+
+    def _delete(self, services: ReaperNeeds, res: Resource, d: Doomed) -> bool:
+        try:
+            gone = services.resources.delete(res, d.namespace, d.name, uid=d.uid or None)
+        except ApiError as e:
+            logger.warning("%s: could not delete %s %s/%s: %s", self.thread_name, res.plural, d.namespace,
+                           d.name, e)
+            return False
+        if gone:
+            logger.info("%s: deleted %s %s/%s (%s)", self.thread_name, res.plural, d.namespace, d.name,
+                        d.reason)
+        return gone
+
+
+class CheckReaper(_Periodic):
+    """Deletes finished checker pods and completed khjobs (see the module docstring)."""
+
+    thread_name = "kh-check-reaper"
+
+    def __init__(self, services: ReaperNeeds, now: Callable[[], float] = time.time,
+                 interval: float | None = None) -> None:
+        super().__init__(services.config.check_reaper_run_interval if interval is None else interval)
+        self.services = services
+        self.now = now  # wall clock: ages are measured against API timestamps
+        self.limits = Limits.from_config(services.config)
+
+    def start(self) -> None:
+        lim = self.limits
+        logger.info("%s: keeping %d Succeeded and %d Failed pods per check, pods up to %.0fs, "
+                    "completed khjobs up to %.0fs", self.thread_name, lim.max_completed_pods,
+                    lim.max_error_pods, lim.max_pod_age, lim.max_khjob_age)
+        super().start()
+
+    def reap_once(self) -> list[Doomed]:
+        """One pass over the caches; returns what was deleted."""
+        s = self.services
+        deleted: list[Doomed] = []
+        now = self.now()
+        if s.pods.synced.is_set():
+            for d in pods_to_reap(s.pods.list(), now, self.limits):
+                if self._stop.is_set():
+                    return deleted
+                if self._delete(s, PODS, d):
+                    deleted.append(d)
+        if s.khjobs.synced.is_set():
+            for d in khjobs_to_reap(s.khjobs.list(), now, self.limits):
+                if self._stop.is_set():
+                    return deleted
+                if self._delete(s, KHJOBS, d):
+                    deleted.append(d)
+        return deleted
+
+
+class StateReaper(_Periodic):
+    """Deletes khstates left behind by deleted khchecks and khjobs (see the module docstring)."""
+
+    thread_name = "kh-state-reaper"
+
+    def __init__(self, services: ReaperNeeds, interval: float | None = None) -> None:
+        super().__init__(services.config.state_reaper_interval if interval is None else interval)
+        self.services = services
+
+    def reap_once(self) -> list[Doomed]:
+        """One pass: candidates from the caches, each confirmed against the API; returns what was deleted."""
+        s = self.services
+        if not all(r.synced.is_set() for r in (s.khchecks, s.khjobs, s.khstates)):
+            logger.debug("%s: caches not synced yet; skipping this cycle", self.thread_name)
+            return []
+        checks = {key_of(o) for o in s.khchecks.list()}
+        jobs = {key_of(o) for o in s.khjobs.list()}
+        deleted: list[Doomed] = []
+        for d in orphan_states(s.khstates.list(), checks, jobs):
+            if self._stop.is_set():
+                break
+            if self._confirmed_orphan(d) and self._delete(s, KHSTATES, d):
+                deleted.append(d)
+        return deleted
+
+    def _confirmed_orphan(self, d: Doomed) -> bool:
+        """True only when the API itself says neither the khcheck nor the khjob exists."""
+        for res in (KHCHECKS, KHJOBS):
+            try:
+                self.services.resources.get(res, d.namespace, d.name)
+            except NotFound:
+                continue
+            except ApiError as e:
+                logger.warning("%s: cannot confirm khstate %s/%s is orphaned (%s); keeping it",
+                               self.thread_name, d.namespace, d.name, e)
+                return False
+            logger.debug("%s: %s %s/%s exists (cache lag); keeping its khstate", self.thread_name,
+                         res.plural, d.namespace, d.name)
+            return False
+        return True

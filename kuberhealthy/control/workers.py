@@ -1,0 +1,174 @@
+"""The threads that run one check on its schedule (CheckWorker) or one khjob once (JobWorker).
+
+The controller (controller.py) decides which workers exist; a worker decides when its check runs
+and hands each run to a Runner (runner.py), which knows how. Stopping a worker also ends its current
+run at once. A CheckWorker can be asked for a run now (runnow.py): the wait for the next due time
+ends early, the run removes the run-now annotation as it starts, and the schedule continues from it.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from kuberhealthy.base.errors import ApiError, is_transient
+from kuberhealthy.base.threads import BackgroundThread
+from kuberhealthy.kube import KHJOBS, Obj
+from kuberhealthy.outputs.runstats import SKIP_API
+from kuberhealthy.records import khstate, runnow
+from kuberhealthy.records.checkspec import CheckSpec
+from kuberhealthy.run.runner import Outcome, Runner, RunResult
+from kuberhealthy.seams import ControlNeeds
+
+logger = logging.getLogger(__name__)
+
+RunnerFactory = Callable[[ControlNeeds, CheckSpec, threading.Event], Runner]
+
+
+class _Worker(BackgroundThread):
+    """A thread that runs one check's (or job's) runs; stopping it also ends the current run at once."""
+
+    def __init__(self, services: ControlNeeds, spec: CheckSpec, runner: RunnerFactory, name: str) -> None:
+        super().__init__(name)
+        self.s = services
+        self.supervised_by(services.deaths)
+        self.spec = spec
+        self._runner = runner
+        self._current: Runner | None = None  # the run in progress, to wake on stop
+
+    def stop(self) -> None:
+        super().stop()
+        current = self._current
+        if current is not None:
+            current.wake()  # its waits subscribe to its own topics only: wake it to see the stop
+
+    def _run_once(self) -> RunResult | None:
+        runner = self._runner(self.s, self.spec, self._stop)
+        self._current = runner
+        try:
+            if self._stop.is_set():
+                return None
+            return runner.run()
+        finally:
+            self._current = None
+
+
+class CheckWorker(_Worker):
+    """One check's thread: the first run at `first_due`, then every runInterval from each due time.
+
+    Due times follow the schedule, not the previous run's end: a slow run does not push every later
+    run back, and a run that overran a whole interval starts at once without a burst of catch-ups.
+    Lag (start - due) goes to kuberhealthy_schedule_lag_seconds. run_now() ends the wait early: that
+    run removes the run-now annotation as it starts, and the next is due one interval after it.
+    """
+
+    def __init__(self, services: ControlNeeds, spec: CheckSpec, runner: RunnerFactory = Runner,
+                 clock: Callable[[], float] = time.monotonic, first_due: float | None = None) -> None:
+        super().__init__(services, spec, runner, f"kh-check-{spec.namespace}/{spec.name}")
+        self._clock = clock
+        self.first_due = clock() if first_due is None else first_due
+        self.runs = 0
+        self.requested_runs = 0  # runs started by run_now()
+        self._wake = threading.Event()  # set by stop() and run_now(): the wait for the due time ends
+        self._lock = threading.Lock()
+        self._requested = False  # a run-now waits to start (under _lock)
+        self._running = False  # a run is in flight (under _lock)
+
+    def stop(self) -> None:
+        super().stop()
+        self._wake.set()
+
+    def run_now(self) -> bool:
+        """Start a run at once; False (nothing changes) while a run is in flight or the worker stops."""
+        with self._lock:
+            if self._running or self._stop.is_set():
+                return False
+            self._requested = True
+            self._wake.set()  # set only together with _requested (or by stop): a wake is never spurious
+        return True
+
+    def _wait_due(self, due: float) -> bool:
+        """Wait until `due`, a run-now or a stop; True when stopping."""
+        self._wake.wait(max(0.0, due - self._clock()))
+        return self._stop.is_set()
+
+    def _run(self) -> None:
+        due = self.first_due
+        while not self._wait_due(due):
+            with self._lock:
+                requested, self._requested = self._requested, False
+                self._wake.clear()
+                self._running = True
+            started = self._clock()
+            if requested:
+                self.requested_runs += 1
+                logger.info("Check %s: running now, as requested", self.spec.key)
+                if runnow.requested(self.s.khchecks.get(self.spec.namespace, self.spec.name)) is not None:
+                    runnow.clear(self.s.resources, self.spec.namespace, self.spec.name)
+            else:
+                self.s.stats.schedule_lag.observe(max(0.0, started - due))
+            try:
+                self._run_once()
+            except Exception as e:  # the run could not even record its failure: log, keep the schedule
+                logger.exception("Check %s: run crashed", self.spec.key)
+                if not self._stop.is_set():
+                    self._record_crash(e)
+            with self._lock:
+                self._running = False
+            self.runs += 1
+            due = started + self.spec.run_interval if requested else due + self.spec.run_interval
+            now = self._clock()
+            if due < now - self.spec.run_interval:  # a whole interval behind: start over from now
+                due = now
+
+    def _record_crash(self, e: Exception) -> None:
+        try:
+            khstate.record_error(self.s.resources, self.spec.namespace, self.spec.name,
+                                 [f"Check execution error: {self.spec.key}: {e}"], self.s.config.pod_name,
+                                 workload=self.spec.workload)
+        except Exception:  # this worker must outlive whatever went wrong; the next run tries again
+            logger.exception("Check %s: could not record the crash in its khstate", self.spec.key)
+
+
+class JobWorker(_Worker):
+    """A khjob runs once: phase "" → Running → (the run) → Completed."""
+
+    PHASE_RETRY = 30.0  # seconds spent retrying a phase write while the API is away
+    finite = True
+
+    def __init__(self, services: ControlNeeds, job: Obj, runner: RunnerFactory = Runner,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        spec = CheckSpec.of_job(job)
+        super().__init__(services, spec, runner, f"kh-job-{spec.key}")
+        self._clock = clock
+
+    def _set_phase(self, phase: str) -> None:
+        deadline = self._clock() + self.PHASE_RETRY
+        delay = 0.2
+        while True:
+            try:
+                self.s.resources.merge_patch(KHJOBS, self.spec.namespace, self.spec.name, {"spec": {"phase": phase}})
+                return
+            except ApiError as e:
+                if not is_transient(e) or self._clock() + delay > deadline:
+                    raise
+                logger.warning("Job %s: cannot set phase %s yet (%s); retrying", self.spec.key, phase, e)
+                if self._stop.wait(delay):
+                    raise
+                delay = min(delay * 2, 2.0)
+
+    def _run(self) -> None:
+        try:
+            self._set_phase("Running")
+            result = self._run_once()
+            if result is None or self._stop.is_set():
+                return  # stopped: the next leader finishes or resets it (Controller.recover_jobs)
+            if result.outcome is Outcome.SKIPPED and result.skip_reason == SKIP_API:
+                self._set_phase("")  # not judged: run it again
+                return
+            self._set_phase("Completed")
+        except ApiError as e:
+            logger.warning("Job %s: %s", self.spec.key, e)
+        except Exception:  # top of this thread's only loop
+            logger.exception("Job %s crashed", self.spec.key)

@@ -1,0 +1,276 @@
+"""The gunicorn application: one worker (gthread), the daemon's services started inside it.
+
+Everything runs in one worker process so the caches, the controller and the HTTP handlers share
+memory. The services start after the fork (post_worker_init) and stop when the worker exits
+(worker_exit): stop runs and remove their pods, release the Lease, flush Influx. gunicorn's
+graceful timeout bounds it, inside the chart's 60 s termination grace period.
+
+Signals: handlers only queue the signal (gunicorn's design); threads act on it. In the worker,
+SIGTERM or SIGINT goes to the kh-shutdown thread, which stops the services and then lets gunicorn
+wind the worker down. In the arbiter, SIGINT stops gracefully like SIGTERM, and a second SIGTERM or
+SIGINT while stopping goes to the kh-hard-stop thread, which kills the worker and exits at once.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import signal
+import socket
+import threading
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+from gunicorn.app.base import BaseApplication
+
+from kuberhealthy.base.config import DEFAULT_CONFIG_PATH, Config
+from kuberhealthy.daemon.configwatch import ConfigWatcher
+from kuberhealthy.daemon.services import Services, build, needs_rebuild, needs_restart, reconfigure
+from kuberhealthy.kube import Kube
+from kuberhealthy.web import create_app
+
+logger = logging.getLogger(__name__)
+
+STOP_BUDGET = 45.0  # seconds for services.stop() inside the worker
+GRACEFUL_TIMEOUT = 55  # seconds the arbiter waits for the worker before SIGKILL
+HTTP_THREADS = 32  # report handling takes at most 24 (web.REPORT_SLOTS): the rest stay free for `/` and probes
+
+
+def _dual_stack() -> bool:
+    """Whether this host can listen on IPv6 (and so on IPv4 too, through mapped addresses)."""
+    if not socket.has_ipv6:
+        return False
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+            s.bind(("::", 0))
+        return True
+    except OSError:
+        return False
+
+
+def _bind(config: Config, dual_stack: bool | None = None) -> str:
+    """gunicorn's bind for listenAddress. `:port` listens on every address, IPv6 included where the
+    host has it, as Go's net.Listen(":port") does; callers' IPv4 addresses then arrive IPv4-mapped."""
+    host = config.listen_host
+    if not host:
+        host = "::" if (_dual_stack() if dual_stack is None else dual_stack) else "0.0.0.0"
+    if ":" in host:
+        host = f"[{host}]"
+    return f"{host}:{config.listen_port}"
+
+
+class Runtime:
+    """The worker's daemon: the current services, rebuilt when the config file changes."""
+
+    def __init__(self, app: KuberhealthyApplication) -> None:
+        self.app = app
+        self.config = app.config
+        self.services: Services | None = None
+        self.watcher: ConfigWatcher | None = None
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        self._start_services(self.config, swap_after_sync=False)
+        path = self.app.config_path or DEFAULT_CONFIG_PATH
+        if os.path.exists(path):
+            self.watcher = ConfigWatcher(path, self.config, self.reload)
+            if self.services is not None:
+                self.watcher.supervised_by(self.services.deaths)  # a dead watcher stops the process too
+            self.watcher.start()
+
+    def _start_services(self, config: Config, swap_after_sync: bool) -> None:
+        """Build and start services. At start-up the web app serves at once (/readyz tells when caches
+        are synced); on a reload the previous app keeps answering until the new caches are synced."""
+        services = build(config, Kube.connect(self.app.kubeconfig))
+        services.on_fatal = self._fatal
+        if self.watcher is not None:
+            self.watcher.supervised_by(services.deaths)
+        self.services = services
+        if not swap_after_sync:
+            self.app.flask_holder.init(services)
+        services.start()
+        if swap_after_sync:
+            services.wait_synced(30.0)
+            self.app.flask_holder.init(services)
+
+    @staticmethod
+    def _fatal() -> None:
+        logger.error("A core thread died; stopping the process")
+        os.kill(os.getppid(), signal.SIGTERM)
+
+    def reload(self, config: Config) -> None:
+        """Apply a changed config file.
+
+        Every key applies live except listenAddress and leaderElection.* (logged as needing a
+        restart, kept at their running values): checks keep running, the Lease is kept, and only the
+        parts a changed key feeds are replaced (services.reconfigure). A change of targetNamespace
+        means other caches: the services are rebuilt (checks restart, the Lease is handed over).
+        """
+        with self._lock:
+            config, restart = needs_restart(self.config, config)
+            for name in restart:
+                logger.warning("Config key %s changed; it takes effect after a restart (not applied)", name)
+            if config == self.config:
+                return
+            logging.getLogger().setLevel(config.log_level.upper())
+            if self.services is not None and not needs_rebuild(self.config, config):
+                restarted = reconfigure(self.services, config)
+                self.config = config
+                logger.info("Applied the new config live (restarted: %s)", ", ".join(restarted) or "nothing")
+                return
+            logger.info("targetNamespace changed: rebuilding the caches and restarting the checks")
+            self._stop_services()
+            self.config = config
+            try:
+                self._start_services(config, swap_after_sync=True)
+            except Exception:  # no half-alive daemon: without services the process must stop
+                logger.exception("Could not start on the new config; stopping the process")
+                os.kill(os.getppid(), signal.SIGTERM)
+
+    def _stop_services(self) -> None:
+        services, self.services = self.services, None
+        if services is not None:
+            services.stop(STOP_BUDGET)
+            services.kube.close()
+
+    def stop(self) -> None:
+        """Idempotent: the worker's SIGTERM handler and worker_exit both call it."""
+        if self.watcher is not None:
+            self.watcher.stop()
+            self.watcher.join(5)
+        with self._lock:
+            if self.services is None:
+                return
+            logger.info("Stopping services")
+            self._stop_services()
+            logger.info("Services stopped")
+
+
+_runtime: Runtime | None = None
+
+
+def _post_worker_init(worker: Any) -> None:
+    """In the worker, after the fork: build and start the daemon, and order its shutdown.
+
+    gunicorn's worker stops serving as soon as it gets SIGTERM. The contract's order is the other way
+    round (runs stopped, pods removed, Lease released, Influx flushed, then the web server), so the
+    worker's SIGTERM (and SIGINT) handler only queues the signal for the kh-shutdown thread, which
+    stops the services first and then lets gunicorn wind down.
+    """
+    global _runtime
+    runtime = _runtime = Runtime(worker.app)
+    runtime.start()
+    gunicorn_exit = worker.handle_exit
+    signals: queue.SimpleQueue[int] = queue.SimpleQueue()  # put() is safe in a signal handler
+
+    def shutdown() -> None:
+        sig = signals.get()
+        try:
+            runtime.stop()
+        finally:
+            gunicorn_exit(sig, None)
+
+    threading.Thread(target=shutdown, name="kh-shutdown", daemon=True).start()
+
+    def handle_exit(sig: int, frame: FrameType | None) -> None:
+        signals.put(sig)
+
+    signal.signal(signal.SIGTERM, handle_exit)
+    signal.signal(signal.SIGINT, handle_exit)
+
+
+def _worker_exit(server: Any, worker: Any) -> None:
+    if _runtime is not None:
+        _runtime.stop()
+
+
+def _hard_stop(server: Any, signals: queue.SimpleQueue[int], kill: Callable[[int, int], None] = os.kill,
+               exit_now: Callable[[int], None] = os._exit) -> None:
+    """The arbiter's kh-hard-stop thread: the second stop signal kills the worker and exits now."""
+    signals.get()
+    signals.get()
+    logger.warning("Second signal: exiting now")
+    for pid in list(server.WORKERS):
+        try:
+            kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    exit_now(1)
+
+
+def _when_ready(server: Any) -> None:
+    """gunicorn's hook (it must take exactly one argument)."""
+    install_arbiter_signals(server)
+
+
+def install_arbiter_signals(server: Any,
+                            hard_stop: Callable[[Any, queue.SimpleQueue[int]], None] = _hard_stop) -> None:
+    """In the arbiter: SIGINT stops gracefully too (gunicorn's would not); a second SIGTERM/SIGINT
+    during a graceful stop ends everything at once. The handler only queues (both queues)."""
+    gunicorn_queue = server.signal  # gunicorn's own handler: queues the signal, wakes the arbiter's loop
+    signals: queue.SimpleQueue[int] = queue.SimpleQueue()
+    threading.Thread(target=hard_stop, args=(server, signals), name="kh-hard-stop", daemon=True).start()
+
+    def handler(sig: int, frame: FrameType | None) -> None:
+        signals.put(sig)
+        gunicorn_queue(signal.SIGTERM, frame)
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+
+
+class _FlaskHolder:
+    """A WSGI callable that forwards to the Flask app once the worker has built it."""
+
+    def __init__(self) -> None:
+        self.app: Any = None
+
+    def init(self, services: Services) -> None:
+        self.app = create_app(services)
+
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
+        if self.app is None:
+            start_response("503 Service Unavailable", [("Content-Type", "text/plain")])
+            return [b"starting\n"]
+        return self.app(environ, start_response)
+
+
+class KuberhealthyApplication(BaseApplication):  # type: ignore[misc]  # gunicorn ships no types
+    def __init__(self, config: Config, kubeconfig: str | None, config_path: str | None) -> None:
+        self.config = config
+        self.kubeconfig = kubeconfig
+        self.config_path = config_path
+        self.flask_holder = _FlaskHolder()
+        super().__init__()
+
+    def load_config(self) -> None:
+        settings = {
+            "bind": [_bind(self.config)],
+            "workers": 1,
+            "worker_class": "gthread",
+            "threads": HTTP_THREADS,
+            "graceful_timeout": GRACEFUL_TIMEOUT,
+            "timeout": 60,
+            "keepalive": 5,
+            "accesslog": None,
+            "errorlog": "-",
+            "loglevel": "warning" if self.config.log_level != "debug" else "info",
+            "post_worker_init": _post_worker_init,
+            "worker_exit": _worker_exit,
+            "when_ready": _when_ready,
+            "proc_name": "kuberhealthy",
+        }
+        for key, value in settings.items():
+            self.cfg.set(key, value)
+
+    def load(self) -> Any:
+        return self.flask_holder
+
+
+def serve(config: Config, kubeconfig: str | None, config_path: str | None) -> int:
+    logger.info("Kuberhealthy starting as %s in %s, listening on %s", config.pod_name, config.pod_namespace,
+                _bind(config))
+    KuberhealthyApplication(config, kubeconfig, config_path).run()
+    return 0

@@ -1,0 +1,334 @@
+"""Builds every long-lived part of the daemon and owns their start() and stop(deadline).
+
+Caches (reflectors) run on every replica: every replica serves `/` and accepts reports. The leader
+elector runs on every replica; the controller starts check workers and reapers only while this
+replica leads. Stop order matters for the contract's shutdown: stop runs (removing their pods) →
+release the Lease → flush Influx → stop caches.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from kuberhealthy.base.config import Config
+from kuberhealthy.base.errors import ApiError, NotFound
+from kuberhealthy.base.notify import Notifier
+from kuberhealthy.base.threads import Deaths
+from kuberhealthy.control.controller import Controller
+from kuberhealthy.control.leader import ForcedLeader, LeaderElector
+from kuberhealthy.control.reaper import CheckReaper, StateReaper
+from kuberhealthy.kube import KHCHECKS, KHJOBS, KHSTATES, PODS, Kube, Obj, Reflector, Resources
+from kuberhealthy.outputs.events import EventRecorder
+from kuberhealthy.outputs.heldreports import HeldReports
+from kuberhealthy.outputs.influx import InfluxForwarder
+from kuberhealthy.outputs.runstats import RunStats
+from kuberhealthy.outputs.schemacheck import SchemaCheck
+from kuberhealthy.records.checkpod import (
+    CHECK_POD_SELECTOR,
+    RUN_ID_LABEL,
+    pod_check_index,
+    pod_ip_index,
+    pod_uuid_index,
+    slim_pod,
+)
+from kuberhealthy.seams import CacheState, Part
+
+logger = logging.getLogger(__name__)
+
+OWNER_LOOKUP_TIMEOUT = 5.0  # seconds
+Elector = LeaderElector | ForcedLeader
+
+
+class Services:
+    """The daemon's parts, wired together. Construct, start(), later stop(deadline)."""
+
+    def __init__(self, config: Config, kube: Kube, clock: Callable[[], float] = time.monotonic) -> None:
+        self.config = config
+        self.kube = kube
+        self.resources = Resources(kube)
+        self.clock = clock
+        self.notifier = Notifier()
+        ns = config.target_namespace or None
+        self.khchecks = Reflector(kube, KHCHECKS, namespace=ns, notifier=self.notifier,
+                                  name="kh-reflector-khchecks")
+        self.khstates = Reflector(kube, KHSTATES, namespace=ns, notifier=self.notifier,
+                                  name="kh-reflector-khstates")
+        self.khjobs = Reflector(kube, KHJOBS, namespace=ns, notifier=self.notifier, name="kh-reflector-khjobs")
+        self.pods = Reflector(kube, PODS, namespace=ns, label_selector=CHECK_POD_SELECTOR, notifier=self.notifier,
+                              indexers={"uuid": pod_uuid_index, "ip": pod_ip_index, "check": pod_check_index},
+                              name="kh-reflector-pods", transform=slim_pod)
+        self.reflectors = [self.khchecks, self.khstates, self.khjobs, self.pods]
+        self.deaths = Deaths()  # every thread of the daemon reports an unexpected end here
+        for r in self.reflectors:
+            r.supervised_by(self.deaths)
+        self.fatal = threading.Event()  # set when a part died unexpectedly: the process must stop
+        self.on_fatal: Callable[[], None] | None = None  # called once when that happens
+        self.influx: InfluxForwarder | None = None  # when enableInflux is on
+        self.influx_dropped_before = 0  # points dropped by forwarders replaced since start (reconfigure)
+        self.stats = RunStats()
+        self.held = HeldReports(self.resources, lambda: self.config.pod_name)
+        self.events = EventRecorder(self.resources, config.pod_name)  # every replica: reports are refused anywhere
+        self.stuck_terminating: set[str] = set()  # checker pods already reported as stuck Terminating
+        self._owner_lock = threading.Lock()
+        self._owner: tuple[bool, Obj | None] = (False, None)  # (looked up yet, ownerReference)
+        self.controller: Controller | None = None
+        self.elector: Elector | None = None
+        self._parts: list[Part] = []  # started after the caches, stopped before them (reverse order)
+        self._started = False
+        self._stopping = threading.Event()
+        self._supervisor: threading.Thread | None = None
+
+    def add_part(self, part: Part) -> None:
+        """Register a part to run with the daemon (its unexpected end stops the daemon)."""
+        part.supervised_by(self.deaths)
+        self._parts.append(part)
+
+    def replace_part(self, old: Part, new: Part | None, timeout: float = 30.0) -> None:
+        """Stop `old` (joined) and put `new` (started, if the services run) in its place."""
+        index = self._parts.index(old)
+        old.stop()
+        old.join(timeout)
+        if new is None:
+            del self._parts[index]
+            return
+        new.supervised_by(self.deaths)
+        self._parts[index] = new
+        if self._started:
+            new.start()
+
+    def insert_part(self, part: Part) -> None:
+        """Add a part that stops before the held reports but after everything else (Influx's place)."""
+        part.supervised_by(self.deaths)
+        self._parts.insert(3, part)
+        if self._started:
+            part.start()
+
+    # --- queries used by the web layer --------------------------------------------------------------
+
+    def current_master(self) -> str:
+        """The Lease holder as this replica last saw it ("" when nobody holds it)."""
+        return str(self.elector.holder()) if self.elector is not None else ""
+
+    def is_leader(self) -> bool:
+        return bool(self.elector.is_leader()) if self.elector is not None else False
+
+    def owner_reference(self, namespace: str) -> Obj | None:
+        """An ownerReference to this replica's own pod, for checker pods in its namespace.
+
+        Looked up once (outside a cluster there is no such pod, and runs proceed without one). The
+        lookup runs without holding the lock: a slow API server must not queue every run behind it.
+        """
+        if namespace != self.config.pod_namespace:
+            return None
+        with self._owner_lock:
+            looked_up, owner = self._owner
+        if looked_up:
+            return owner
+        try:
+            pod = self.resources.get(PODS, self.config.pod_namespace, self.config.pod_name,
+                                     timeout=OWNER_LOOKUP_TIMEOUT)
+            meta = pod.get("metadata") or {}
+            owner = {"apiVersion": "v1", "kind": "Pod", "name": meta.get("name"), "uid": meta.get("uid")}
+        except NotFound:
+            owner = None
+        except ApiError as e:
+            logger.warning("Cannot look up this replica's pod for ownerReferences: %s", e)
+            return None
+        with self._owner_lock:
+            self._owner = (True, owner)
+        return owner
+
+    def read_checker_pods(self, run_uuid: str | None, ip: str | None, timeout: float) -> list[Obj]:
+        """One bounded read of the checker pods with this run uuid label (or this Running pod IP).
+
+        The report handler's fallback for a pod its cache has not seen: one label- or field-selected
+        list, only on a cache miss, never a list per report.
+        """
+        ns = self.config.target_namespace or None
+        if run_uuid:
+            items, _ = self.resources.list(PODS, ns, f"{CHECK_POD_SELECTOR},{RUN_ID_LABEL}={run_uuid}",
+                                           timeout=timeout)
+        else:
+            items, _ = self.resources.list(PODS, ns, CHECK_POD_SELECTOR, f"status.podIP={ip},status.phase=Running",
+                                           timeout=timeout)
+        return [slim_pod(o) for o in items]
+
+    def read_checker_pod(self, namespace: str, name: str, timeout: float) -> Obj | None:
+        """One bounded read of a pod the cache has not seen (a token's pod); None when it is gone."""
+        try:
+            return slim_pod(self.resources.get(PODS, namespace, name, timeout=timeout))
+        except NotFound:
+            return None
+
+    def read_khstate(self, namespace: str, name: str, timeout: float) -> Obj | None:
+        """One bounded read of a khstate (the report handler's, when the cache lags the run's claim)."""
+        try:
+            return self.resources.get(KHSTATES, namespace, name, timeout=timeout)
+        except NotFound:
+            return None
+
+    def influx_points_dropped(self) -> int:
+        """InfluxDB points given up on since start, by this forwarder and the ones it replaced."""
+        influx = self.influx
+        return self.influx_dropped_before + (influx.dropped_points() if influx is not None else 0)
+
+    def cache_status(self) -> list[CacheState]:
+        """(cache, current, seconds not current) for each cache: readiness body and metrics."""
+        return [(r.plural, r.is_current(), r.stale_seconds()) for r in self.reflectors]
+
+    def ready(self) -> bool:
+        """Every cache has synced once since start. It stays true through an API outage: every replica
+        shares the API server, so pulling them all out of the Service would only drop reports."""
+        return all(r.synced.is_set() for r in self.reflectors)
+
+    # --- lifecycle ---------------------------------------------------------------------------------
+
+    def start_caches(self) -> None:
+        for r in self.reflectors:
+            r.start()
+
+    def wait_synced(self, timeout: float) -> bool:
+        deadline = self.clock() + timeout
+        return all(r.synced.wait(max(0.0, deadline - self.clock())) for r in self.reflectors)
+
+    def start(self) -> None:
+        self.start_caches()
+        for part in self._parts:
+            part.start()
+        self._started = True
+        self._supervisor = threading.Thread(target=self._supervise, name="kh-supervisor", daemon=True)
+        self._supervisor.start()
+
+    def _supervise(self) -> None:
+        """A thread that ended unexpectedly means the process must stop cleanly, never hang half-alive.
+
+        Waits for a report (threads.Deaths), it does not poll; stop() wakes it to end."""
+        self.deaths.event.wait()
+        self.check_deaths()
+
+    def check_deaths(self) -> bool:
+        """True (and fatal set, on_fatal called) when a thread ended while the services were not stopping."""
+        dead = self.deaths.names()
+        # Threads end only after stop() has set their stop events, which then do not report; a report
+        # seen together with _stopping is a thread that failed during the shutdown itself.
+        if not dead or self._stopping.is_set():
+            return False
+        logger.error("Thread(s) ended unexpectedly: %s; stopping", ", ".join(dead))
+        self.fatal.set()
+        if self.on_fatal is not None:
+            self.on_fatal()
+        return True
+
+    def stop(self, timeout: float = 50.0) -> None:
+        """Stop everything within `timeout` seconds: parts in reverse order, then the caches."""
+        self._stopping.set()
+        self.deaths.wake()
+        deadline = self.clock() + timeout
+        for part in reversed(self._parts):
+            try:
+                part.stop()
+                part.join(max(0.1, deadline - self.clock()))
+            except Exception:  # shutdown must go on whatever one part does
+                logger.exception("Error stopping %s", type(part).__name__)
+        for r in self.reflectors:
+            r.stop()
+        for r in self.reflectors:
+            r.join(max(0.1, deadline - self.clock()))
+        if self._supervisor is not None:
+            self._supervisor.join(max(0.1, deadline - self.clock()))
+        alive = [r.name for r in self.reflectors if r.is_alive()]
+        if alive:
+            logger.warning("Threads still running after stop: %s", ", ".join(alive))
+
+
+INFLUX_KEYS = ("enable_influx", "influx_url", "influx_username", "influx_password", "influx_db")
+REAPER_KEYS = ("max_khjob_age", "max_check_pod_age", "max_completed_pod_count", "max_error_pod_count",
+               "state_reaper_interval", "check_reaper_run_interval")
+RESTART_KEYS = {"listen_host": "listenAddress", "listen_port": "listenAddress",
+                "leader_election": "leaderElection"}  # applied only by a restart of the process
+REBUILD_KEYS = ("target_namespace", "pod_name", "pod_namespace")  # the caches themselves change
+CHECK_KEYS = ("external_check_reporting_url",)  # what every checker pod carries: its checks restart
+
+
+def _changed(old: Config, new: Config, keys: tuple[str, ...]) -> bool:
+    return any(getattr(old, k) != getattr(new, k) for k in keys)
+
+
+def needs_restart(old: Config, new: Config) -> tuple[Config, list[str]]:
+    """`new` with the settings that only a restart applies kept at their running values, and their names."""
+    names = sorted({name for attr, name in RESTART_KEYS.items() if getattr(old, attr) != getattr(new, attr)})
+    kept = dataclasses.replace(new, listen_host=old.listen_host, listen_port=old.listen_port,
+                               leader_election=old.leader_election)
+    return kept, names
+
+
+def needs_rebuild(old: Config, new: Config) -> bool:
+    """Whether the caches must be rebuilt (services stopped and started again) to apply `new`."""
+    return _changed(old, new, REBUILD_KEYS)
+
+
+def build(config: Config, kube: Kube) -> Services:
+    """Wire the whole daemon: caches, elector (or forced leader), controller, leader-only parts, Influx."""
+    services = Services(config, kube)
+    services.add_part(services.events)  # stopped after everything that raises Events
+    services.add_part(SchemaCheck(services.resources, services.events, config.target_namespace or config.pod_namespace,
+                                  config.pod_namespace, config.pod_name))
+    services.add_part(services.held)  # stopped last of the parts but Events: reports may arrive until the end
+    if config.enable_influx:
+        services.influx = InfluxForwarder(config)
+        services.add_part(services.influx)
+
+    def leader_parts() -> list[Part]:
+        return [CheckReaper(services), StateReaper(services)]
+
+    controller = Controller(services, leader_parts)
+    services.controller = controller
+    services.elector = make_elector(controller, services, config)
+    # Started in this order, stopped in reverse: the controller stops its checks first, then the
+    # elector releases the Lease, then Influx flushes.
+    services.add_part(services.elector)
+    services.add_part(controller)
+    return services
+
+
+def make_elector(controller: Controller, services: Services, config: Config) -> Elector:
+    kind = ForcedLeader if config.enable_force_master else LeaderElector
+    return kind(services.resources, config.pod_namespace, config.pod_name, config.leader_election,
+                controller.became_leader, controller.lost_leadership)
+
+
+def reconfigure(services: Services, new: Config) -> list[str]:
+    """Apply a changed config to running services, in place; returns what was restarted.
+
+    The Lease is kept. Only the parts a changed key feeds are replaced: the checks (the reporting URL
+    every checker pod carries), the Influx forwarder, the reapers, the elector (enableForceMaster).
+    Callers handle needs_restart/needs_rebuild first.
+    """
+    old = services.config
+    services.config = new
+    restarted: list[str] = []
+    if _changed(old, new, INFLUX_KEYS):
+        old_influx = services.influx
+        services.influx = InfluxForwarder(new) if new.enable_influx else None
+        if old_influx is not None:
+            services.replace_part(old_influx, services.influx)
+            services.influx_dropped_before += old_influx.dropped_points()  # joined: its count is final
+        elif services.influx is not None:
+            services.insert_part(services.influx)
+        restarted.append("influx")
+    if _changed(old, new, CHECK_KEYS) and services.controller is not None:
+        services.controller.restart_checks()  # running pods carry the old value: replace them
+        restarted.append("checks")
+    if _changed(old, new, REAPER_KEYS) and services.controller is not None:
+        services.controller.restart_leader_parts()
+        restarted.append("reapers")
+    if old.enable_force_master != new.enable_force_master and services.controller is not None \
+            and services.elector is not None:
+        old_elector = services.elector
+        services.elector = make_elector(services.controller, services, new)
+        services.replace_part(old_elector, services.elector)  # the old one stops its checks, releases the Lease
+        restarted.append("elector")
+    return restarted

@@ -1,0 +1,325 @@
+"""Kubernetes Events on khchecks and khjobs, so `kubectl describe khcheck` tells what happened.
+
+Reasons (CONTRACT section 12):
+  CheckFailed        Warning  a run failed or reported failure; the message is the first error
+  CheckRecovered     Normal   the first OK run after failures
+  CheckRunRequested  Normal   someone asked for a run now (annotation or HTTP)
+  ReportRejected     Warning  a report for the check was refused; the message says why
+
+Callers (a run, a report handler) only queue: `record()` never blocks and never raises. One sender
+thread turns the queue into core/v1 Events. Like client-go's recorder, an event the same as one sent
+before (same object, type, reason and message) within WINDOW seconds does not make a new Event: the
+existing one gets `count` + 1 and a new `lastTimestamp` (a PATCH), so a check failing the same way
+every minute is one Event with a rising count, not a flood. Event names are `<object>.<unix ns, hex>`
+as client-go makes them, so a create retried after a lost answer finds its own Event (409) instead
+of making a second one. The queue is bounded: when the events API is slow or away, new events are
+dropped and counted. API errors are retried briefly (transient ones), then logged and given up.
+
+What this module does not do: decide when an event is due (the runner and the report handler do),
+or talk to the API itself: it is handed an `EventsAPI` (kube/resources.py implements it), so it
+imports nothing from `kubernetes`. Events are best-effort; nothing waits for them.
+"""
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from kuberhealthy.base.errors import ApiError, Conflict, NotFound, is_transient
+from kuberhealthy.base.threads import BackgroundThread
+from kuberhealthy.kube import KHCHECKS
+
+logger = logging.getLogger(__name__)
+
+API_VERSION = KHCHECKS.api_version
+KIND_CHECK = "KuberhealthyCheck"
+KIND_JOB = "KuberhealthyJob"
+COMPONENT = "kuberhealthy"
+
+NORMAL = "Normal"
+WARNING = "Warning"
+CHECK_FAILED = "CheckFailed"
+CHECK_RECOVERED = "CheckRecovered"
+CHECK_RUN_REQUESTED = "CheckRunRequested"
+REPORT_REJECTED = "ReportRejected"
+
+QUEUE_EVENTS = 1000  # events waiting to be sent; more are dropped
+CACHE_ENTRIES = 4096  # events remembered for counting (client-go: maxLruCacheEntries)
+WINDOW = 1800.0  # seconds an event is counted onto its predecessor (the API server keeps Events 1 h)
+REQUEST_TIMEOUT = 5.0  # seconds per API request
+ATTEMPTS = 3  # tries per event for transient errors
+BACKOFF_FIRST = 0.5  # seconds, doubled per try
+FLUSH_TIMEOUT = 2.0  # seconds stop() may spend sending what is queued
+MESSAGE_CHARS = 1024
+WARN_EVERY = 60.0  # seconds between warnings about dropped or unsent events
+_NAME_MAX = 253
+
+
+class EventsAPI(Protocol):
+    """The two core/v1 Event calls the recorder needs. Both raise kuberhealthy.base.errors.ApiError."""
+
+    def create_event(self, namespace: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
+        """POST /api/v1/namespaces/{namespace}/events"""
+
+    def patch_event(self, namespace: str, name: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
+        """PATCH /api/v1/namespaces/{namespace}/events/{name} (merge patch: {count, lastTimestamp})"""
+
+
+@dataclass(frozen=True)
+class ObjectRef:
+    """The khcheck or khjob an event is about. Without `uid`, `kubectl describe` does not show it."""
+
+    kind: str
+    namespace: str
+    name: str
+    uid: str = ""
+    api_version: str = API_VERSION
+
+    @classmethod
+    def of(cls, obj: Mapping[str, Any]) -> ObjectRef:
+        meta = obj.get("metadata") or {}
+        return cls(str(obj.get("kind") or KIND_CHECK), str(meta.get("namespace") or ""),
+                   str(meta.get("name") or ""), str(meta.get("uid") or ""),
+                   str(obj.get("apiVersion") or API_VERSION))
+
+    def involved_object(self) -> dict[str, str]:
+        out = {"apiVersion": self.api_version, "kind": self.kind, "namespace": self.namespace, "name": self.name}
+        if self.uid:
+            out["uid"] = self.uid
+        return out
+
+
+@dataclass(frozen=True)
+class _Pending:
+    ref: ObjectRef
+    type: str
+    reason: str
+    message: str
+    wall: float  # unix seconds when it happened (a late send keeps the right time)
+    mono: float
+
+    @property
+    def key(self) -> tuple[str, ...]:
+        r = self.ref
+        return (r.api_version, r.kind, r.namespace, r.name, r.uid, self.type, self.reason, self.message)
+
+
+@dataclass
+class _Sent:
+    name: str
+    count: int
+    last_mono: float
+
+
+def timestamp(unix: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(unix)))
+
+
+def event_body(ref: ObjectRef, name: str, type_: str, reason: str, message: str, first: str, last: str,
+               count: int, instance: str) -> dict[str, Any]:
+    """A core/v1 Event as the recorder creates it."""
+    return {
+        "apiVersion": "v1", "kind": "Event",
+        "metadata": {"name": name, "namespace": ref.namespace},
+        "involvedObject": ref.involved_object(),
+        "reason": reason, "message": message, "type": type_,
+        "count": count, "firstTimestamp": first, "lastTimestamp": last,
+        "source": {"component": COMPONENT},
+        "reportingComponent": COMPONENT, "reportingInstance": instance,
+    }
+
+
+class EventRecorder(BackgroundThread):
+    """A bounded queue of events and one thread that sends them, counting repeats."""
+
+    thread_name = "kh-events"
+
+    def __init__(self, api: EventsAPI, instance: str, *, queue_events: int = QUEUE_EVENTS,
+                 cache_entries: int = CACHE_ENTRIES, window: float = WINDOW, timeout: float = REQUEST_TIMEOUT,
+                 backoff_first: float = BACKOFF_FIRST, flush_timeout: float = FLUSH_TIMEOUT,
+                 wall: Callable[[], float] = time.time, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__(self.thread_name)
+        self._api = api
+        self.instance = instance[:128]  # the API server's limit for reportingInstance
+        self._max = max(1, queue_events)
+        self._cache_entries = max(1, cache_entries)
+        self.window = window
+        self.timeout = timeout
+        self._backoff_first = backoff_first
+        self.flush_timeout = flush_timeout
+        self._wall = wall
+        self._clock = clock
+        self._cond = threading.Condition()
+        self._queue: collections.deque[_Pending] = collections.deque()
+        self._sent: collections.OrderedDict[tuple[str, ...], _Sent] = collections.OrderedDict()  # sender only
+        self._last_ns = 0  # sender only: names stay unique even when two events share a clock tick
+        self.created = 0  # Events created (under _cond, as are the counters below)
+        self.counted = 0  # repeats counted onto an existing Event
+        self.dropped = 0  # not queued: the queue was full, or the recorder stopped
+        self.failed = 0  # given up after API errors
+        self._unreported = 0
+        self._last_warning: float | None = None
+
+    # --- the callers' side -------------------------------------------------------------------------------
+
+    def record(self, ref: ObjectRef, type_: str, reason: str, message: str) -> bool:
+        """Queue an event; False if it was dropped. Never blocks on the API, never raises."""
+        item = _Pending(ref, type_, reason, _cap(message), self._wall(), self._clock())
+        with self._cond:
+            if self._stop.is_set() or len(self._queue) >= self._max:
+                self.dropped += 1
+                self._warn_locked("the queue is full" if not self._stop.is_set() else "the recorder is stopped")
+                return False
+            self._queue.append(item)
+            self._cond.notify()
+            return True
+
+    def check_failed(self, ref: ObjectRef, first_error: str) -> bool:
+        return self.record(ref, WARNING, CHECK_FAILED, first_error or "check failed")
+
+    def check_recovered(self, ref: ObjectRef, failures: int = 0) -> bool:
+        after = f" after {failures} failed run{'s' if failures != 1 else ''}" if failures > 0 else ""
+        return self.record(ref, NORMAL, CHECK_RECOVERED, f"Check {ref.namespace}/{ref.name} is OK again{after}")
+
+    def run_requested(self, ref: ObjectRef, source: str = "") -> bool:
+        via = f" ({source})" if source else ""
+        return self.record(ref, NORMAL, CHECK_RUN_REQUESTED, f"A run of {ref.namespace}/{ref.name} was requested{via}")
+
+    def report_rejected(self, ref: ObjectRef, reason: str) -> bool:
+        return self.record(ref, WARNING, REPORT_REJECTED, f"A report for {ref.namespace}/{ref.name} was rejected: "
+                           f"{reason}")
+
+    def queued(self) -> int:
+        with self._cond:
+            return len(self._queue)
+
+    # --- lifecycle ------------------------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Stop accepting events; the thread sends what is queued (within flush_timeout) and ends."""
+        with self._cond:
+            self._stop.set()
+            self._cond.notify_all()
+
+    # --- the sender ---------------------------------------------------------------------------------------------
+
+    def step(self) -> bool:
+        """Send one queued event, if there is one (the thread's unit of work; tests call it directly).
+
+        Raises the ApiError that made it give up the event (counted in `failed`)."""
+        with self._cond:
+            if not self._queue:
+                return False
+            item = self._queue.popleft()
+        try:
+            self._deliver(item, ATTEMPTS)
+        except ApiError:
+            with self._cond:
+                self.failed += 1
+            raise
+        return True
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                with self._cond:
+                    while not self._queue and not self._stop.is_set():
+                        self._cond.wait()
+                if not self._stop.is_set():
+                    self.step()
+            except ApiError as e:  # given up on one event; the next may fare better
+                with self._cond:
+                    self._warn_locked(f"the API refused or did not answer ({e})")
+            except Exception:  # a bug must not end event recording
+                logger.exception("Event recorder: unexpected error; continuing")
+                self._stop.wait(self._backoff_first)
+        try:
+            self._flush()
+        except Exception:
+            logger.exception("Event recorder: unexpected error while flushing")
+
+    def _flush(self) -> None:
+        deadline = self._clock() + self.flush_timeout
+        while self._clock() < deadline:
+            with self._cond:
+                if not self._queue:
+                    return
+                item = self._queue.popleft()
+            try:
+                self._deliver(item, 1)
+            except ApiError as e:
+                with self._cond:
+                    self.failed += 1
+                    self._warn_locked(f"the API refused or did not answer ({e})")
+                if is_transient(e):  # the API is away: do not spend the shutdown on it
+                    break
+        with self._cond:
+            left = len(self._queue)
+            self._queue.clear()
+            self.failed += left
+        if left:
+            logger.warning("Event recorder: %d events not sent at shutdown", left)
+
+    def _deliver(self, item: _Pending, attempts: int) -> None:
+        """Count onto the Event sent for the same thing within the window, else create one."""
+        seen = self._sent.get(item.key)
+        last = timestamp(item.wall)
+        if seen is not None and item.mono - seen.last_mono <= self.window:
+            try:
+                self._call(attempts, lambda: self._api.patch_event(
+                    item.ref.namespace, seen.name, {"count": seen.count + 1, "lastTimestamp": last}, self.timeout))
+                seen.count += 1
+                seen.last_mono = item.mono
+                self._sent.move_to_end(item.key)
+                with self._cond:
+                    self.counted += 1
+                return
+            except NotFound:  # expired (the API server keeps Events for --event-ttl): start anew
+                pass
+        name = self._name(item)
+        body = event_body(item.ref, name, item.type, item.reason, item.message, last, last, 1, self.instance)
+        try:
+            self._call(attempts, lambda: self._api.create_event(item.ref.namespace, body, self.timeout))
+        except Conflict as e:
+            if not e.already_exists:
+                raise
+            # A create of ours that landed although its answer was lost: it is this very Event.
+        self._sent[item.key] = _Sent(name, 1, item.mono)
+        self._sent.move_to_end(item.key)
+        while len(self._sent) > self._cache_entries:
+            self._sent.popitem(last=False)
+        with self._cond:
+            self.created += 1
+
+    def _call(self, attempts: int, fn: Callable[[], Any]) -> None:
+        delay = self._backoff_first
+        for attempt in range(1, attempts + 1):
+            try:
+                fn()
+                return
+            except ApiError as e:
+                if not is_transient(e) or attempt == attempts or self._stop.wait(delay):
+                    raise
+                delay *= 2
+
+    def _name(self, item: _Pending) -> str:
+        ns = max(int(item.wall * 1e9), self._last_ns + 1)
+        self._last_ns = ns
+        suffix = f".{ns:x}"
+        return item.ref.name[:_NAME_MAX - len(suffix)].rstrip(".-") + suffix
+
+    def _warn_locked(self, why: str) -> None:
+        self._unreported += 1
+        now = self._clock()
+        if self._last_warning is None or now - self._last_warning >= WARN_EVERY:
+            logger.warning("Event recorder: %d events not sent: %s", self._unreported, why)
+            self._unreported = 0
+            self._last_warning = now
+
+
+def _cap(message: str) -> str:
+    return message if len(message) <= MESSAGE_CHARS else message[:MESSAGE_CHARS - 3] + "..."

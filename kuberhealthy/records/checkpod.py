@@ -1,0 +1,202 @@
+"""The checker pod for one run, built exactly as CONTRACT section 4 says (pure; no API access).
+
+Existing checker images rely on these names: the env vars they read, the labels Kuberhealthy finds
+them by, the annotation the report handler verifies.
+"""
+from __future__ import annotations
+
+import copy
+import hashlib
+import secrets
+import sys
+from typing import Any
+
+from kuberhealthy.checkclient import ENV_DEADLINE as KH_CHECK_RUN_DEADLINE
+from kuberhealthy.checkclient import ENV_REPORTING_URL as KH_REPORTING_URL
+from kuberhealthy.checkclient import ENV_RUN_UUID as KH_RUN_UUID
+from kuberhealthy.checkclient import ENV_TOKEN_FILE as KH_REPORT_TOKEN_FILE
+from kuberhealthy.records.checkspec import CheckSpec
+
+RUN_ID_LABEL = "kuberhealthy-run-id"
+CHECK_NAME_LABEL = "kuberhealthy-check-name"
+APP_LABEL = "app"
+APP_LABEL_VALUE = "kuberhealthy-check"
+CHECK_POD_SELECTOR = f"{APP_LABEL}={APP_LABEL_VALUE}"  # every checker pod, whichever check
+CHECK_NAME_ANNOTATION = "comcast.github.io/check-name"
+# A secret of the run, on its pod only; the run's khstate claim holds its SHA-256 (khstate.RUN_KEY_SHA256).
+RUN_KEY_ANNOTATION = "kuberhealthy.comcast.github.io/run-key"
+KH_POD_NAMESPACE = "KH_POD_NAMESPACE"  # the env names checkers read are checkclient's (it is standalone)
+INJECTED_ENV = (KH_REPORTING_URL, KH_RUN_UUID, KH_CHECK_RUN_DEADLINE, KH_POD_NAMESPACE, KH_REPORT_TOKEN_FILE)
+# The report token (CONTRACT section 11): a projected ServiceAccount token only Kuberhealthy accepts
+# (audience), valid 10 minutes (the API server's minimum) and rotated by the kubelet, mounted read-only in
+# every container. A projected volume works whatever automountServiceAccountToken says, and a token of
+# this audience is useless against the API server.
+TOKEN_AUDIENCE = "kuberhealthy"
+TOKEN_SECONDS = 600
+TOKEN_VOLUME = "kuberhealthy-report-token"
+TOKEN_DIR = "/var/run/secrets/kuberhealthy/report"
+TOKEN_PATH = f"{TOKEN_DIR}/token"
+
+
+def pod_name(check_name: str, unix_seconds: int) -> str:
+    return f"{check_name}-{unix_seconds}".lower()
+
+
+def new_run_key() -> str:
+    return secrets.token_hex(16)
+
+
+def run_key_sha256(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def pod_run_key(pod: dict[str, Any]) -> str:
+    return str(((pod.get("metadata") or {}).get("annotations") or {}).get(RUN_KEY_ANNOTATION) or "")
+
+
+def build_pod(check: CheckSpec, run_uuid: str, unix_now: float, reporting_url: str,
+              owner: dict[str, Any] | None = None, deadline_unix: float | None = None,
+              name: str | None = None, run_key: str = "") -> dict[str, Any]:
+    """The pod body to create for this run. `owner` is an ownerReference (the controller's pod) or None.
+
+    `deadline_unix` is when the run must be over (run start + timeout); by default unix_now + timeout.
+    `name` is the name the run claimed (default: from unix_now); `run_key` its secret (annotation).
+    """
+    spec = copy.deepcopy(check.pod_spec)
+    spec["restartPolicy"] = "Never"
+    deadline = int(deadline_unix if deadline_unix is not None else unix_now + check.timeout)
+    injected = [
+        {"name": KH_REPORTING_URL, "value": reporting_url},
+        {"name": KH_RUN_UUID, "value": run_uuid},
+        {"name": KH_CHECK_RUN_DEADLINE, "value": str(deadline)},
+        {"name": KH_POD_NAMESPACE, "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}},
+        {"name": KH_REPORT_TOKEN_FILE, "value": TOKEN_PATH},
+    ]
+    mount = {"name": TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": True}
+    # A projected token needs a ServiceAccount; admission would pick "default" anyway: say so, so the
+    # pod is valid wherever it is created.
+    if not spec.get("serviceAccountName") and not spec.get("serviceAccount"):
+        spec["serviceAccountName"] = "default"
+    spec["volumes"] = [v for v in spec.get("volumes") or [] if v.get("name") != TOKEN_VOLUME] + [
+        {"name": TOKEN_VOLUME, "projected": {"sources": [{"serviceAccountToken": {
+            "audience": TOKEN_AUDIENCE, "expirationSeconds": TOKEN_SECONDS, "path": "token"}}]}}]
+    # Every container, init containers included (v2 did only `containers`; an init container that
+    # reports, or waits for its deadline, needs them just the same).
+    for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+        env = [e for e in container.get("env") or [] if e.get("name") not in INJECTED_ENV]
+        container["env"] = env + copy.deepcopy(injected)
+        mounts = [m for m in container.get("volumeMounts") or []
+                  if m.get("name") != TOKEN_VOLUME and m.get("mountPath") != TOKEN_DIR]
+        container["volumeMounts"] = [*mounts, dict(mount)]
+    labels = dict(check.extra_labels)
+    labels.update({RUN_ID_LABEL: run_uuid, CHECK_NAME_LABEL: check.name, APP_LABEL: APP_LABEL_VALUE})
+    annotations = dict(check.extra_annotations)
+    annotations[CHECK_NAME_ANNOTATION] = check.name
+    annotations.pop(RUN_KEY_ANNOTATION, None)  # never the check author's
+    if run_key:
+        annotations[RUN_KEY_ANNOTATION] = run_key
+    meta: dict[str, Any] = {
+        "name": name or pod_name(check.name, int(unix_now)),
+        "namespace": check.namespace,
+        "labels": labels,
+        "annotations": annotations,
+    }
+    if owner is not None:
+        meta["ownerReferences"] = [owner]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+
+def pod_env_value(pod: dict[str, Any], name: str) -> str | None:
+    """A literal env value from the pod's containers (first match)."""
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        for e in container.get("env") or []:
+            if e.get("name") == name and "value" in e:
+                return str(e["value"])
+    return None
+
+
+def _pick(src: Any, keys: tuple[str, ...]) -> dict[str, Any]:
+    return {k: src[k] for k in keys if isinstance(src, dict) and k in src}
+
+
+def _interned(value: Any) -> Any:
+    """Repeated short strings (namespaces, phases, node names, label values) stored once, not per pod."""
+    return sys.intern(value) if isinstance(value, str) and len(value) <= 64 else value
+
+
+def _interned_map(mapping: Any) -> dict[str, Any]:
+    return {sys.intern(str(k)): _interned(v) for k, v in mapping.items()} if isinstance(mapping, dict) else {}
+
+
+_KEPT_ENV = (KH_RUN_UUID, KH_CHECK_RUN_DEADLINE)
+
+
+def slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
+    """What the daemon reads of a checker pod, and nothing else (the pod cache's transform).
+
+    A kept checker pod is ~5-10 KB on the wire (managedFields, the whole podSpec, conditions); with
+    thousands of checks and several kept pods each, the cache would hold mostly bytes nobody reads.
+    Kept: identity and times, labels, the check-name and run-key annotations, per container its name and
+    KH_RUN_UUID and KH_CHECK_RUN_DEADLINE env (the report handler's), nodeName/hostNetwork, and the
+    status fields the runner, the report handler and the reaper decide on (of the conditions only
+    the latest transition time, the reaper's fallback for a pod's finish time).
+    """
+    meta = pod.get("metadata") or {}
+    slim_meta = _pick(meta, ("name", "uid", "resourceVersion", "creationTimestamp", "deletionTimestamp"))
+    slim_meta["namespace"] = _interned(meta.get("namespace"))
+    slim_meta["labels"] = _interned_map(meta.get("labels"))
+    annotations = meta.get("annotations") or {}
+    kept = {k: _interned(annotations[k]) for k in (CHECK_NAME_ANNOTATION,) if k in annotations}
+    if RUN_KEY_ANNOTATION in annotations:
+        kept[RUN_KEY_ANNOTATION] = str(annotations[RUN_KEY_ANNOTATION])
+    if kept:
+        slim_meta["annotations"] = kept
+    spec = pod.get("spec") or {}
+    containers = [{"name": _interned(c.get("name")),
+                   "env": [e for e in c.get("env") or [] if isinstance(e, dict) and e.get("name") in _KEPT_ENV]}
+                  for c in spec.get("containers") or [] if isinstance(c, dict)]
+    slim_spec: dict[str, Any] = {"containers": containers}
+    if spec.get("nodeName"):
+        slim_spec["nodeName"] = _interned(spec["nodeName"])
+    if spec.get("hostNetwork"):
+        slim_spec["hostNetwork"] = True
+    status = pod.get("status") or {}
+    slim_status = {k: _interned(v) for k, v in _pick(status, ("phase", "podIP", "hostIP", "startTime",
+                                                               "reason")).items()}
+    ips = [i for i in status.get("podIPs") or [] if isinstance(i, dict) and i.get("ip") != status.get("podIP")]
+    if ips:
+        slim_status["podIPs"] = [_pick(i, ("ip",)) for i in ips]
+    times = [str(c["lastTransitionTime"]) for c in status.get("conditions") or []
+             if isinstance(c, dict) and c.get("lastTransitionTime")]
+    if times:
+        slim_status["conditions"] = [{"lastTransitionTime": max(times)}]
+    if status.get("containerStatuses"):
+        slim_status["containerStatuses"] = [
+            {"state": {
+                sys.intern(str(kind)): {k: _interned(v) for k, v in
+                                        _pick(detail, ("reason", "finishedAt", "exitCode")).items()}
+                for kind, detail in (cs.get("state") or {}).items() if isinstance(detail, dict)}}
+            for cs in status["containerStatuses"] if isinstance(cs, dict)]
+    return {"metadata": slim_meta, "spec": slim_spec, "status": slim_status}
+
+
+# --- indexes of the checker pod cache ------------------------------------------------------------------
+
+
+def pod_uuid_index(pod: dict[str, Any]) -> list[str]:
+    run_id = ((pod.get("metadata") or {}).get("labels") or {}).get(RUN_ID_LABEL)
+    return [run_id] if run_id else []
+
+
+def pod_ip_index(pod: dict[str, Any]) -> list[str]:
+    status = pod.get("status") or {}
+    ips = {str(i.get("ip")) for i in status.get("podIPs") or [] if i.get("ip")}
+    if status.get("podIP"):
+        ips.add(str(status["podIP"]))
+    return sorted(ips)
+
+
+def pod_check_index(pod: dict[str, Any]) -> list[str]:
+    meta = pod.get("metadata") or {}
+    check = (meta.get("labels") or {}).get(CHECK_NAME_LABEL)
+    return [f"{meta.get('namespace')}/{check}"] if check else []

@@ -1,0 +1,289 @@
+"""The khstate record: its v2 wire shape and the few writes the daemon makes to it.
+
+A khstate (same name and namespace as its khcheck or khjob) holds the last result. Writers:
+  claim_run      the runner, at the start of a run: new `uuid` (the only run allowed to report)
+  record_report  the report handler: OK/Errors/LastRun from the checker pod, iff the uuid still matches
+  record_result  the runner, after the pod exits: RunDuration and Node
+  record_error   the runner, when the run itself failed: OK false and `Check execution error: ...`
+Every write is read-modify-write with resourceVersion (409 → re-read, retry), so concurrent writers
+never lose each other's fields.
+
+`LastRun` has one-second precision (as v2 writes it), too coarse to tell two quick reports apart, so a
+report also stamps the annotation REPORTED_UUID with the run it was accepted for; the runner waits on
+that.
+
+Binding a run to its pod (CONTRACT section 11): the claim also names the pod the run will create
+(RUN_POD) and the SHA-256 of a secret the pod carries in an annotation (RUN_KEY_SHA256), so every
+replica can tell that pod from a look-alike with the same labels and env: a pod name is unique in its
+namespace, and only the run knows the secret before its pod exists. The runner's last write
+(record_result or record_error) stamps FINISHED_UUID: that run is over and may not report any more;
+it is also the one uuid the status page may show. Annotations, not spec fields: a khstate CRD of an
+older chart would prune unknown spec fields.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from kuberhealthy.base.errors import KuberhealthyError
+from kuberhealthy.kube import KHSTATES, Api, Obj
+from kuberhealthy.kube.client import READ_TIMEOUT
+from kuberhealthy.records.history import RunRecord, apply_run
+
+REPORTED_UUID = "kuberhealthy.comcast.github.io/reported-uuid"
+RUN_POD = "kuberhealthy.comcast.github.io/run-pod"
+RUN_KEY_SHA256 = "kuberhealthy.comcast.github.io/run-key-sha256"
+FINISHED_UUID = "kuberhealthy.comcast.github.io/finished-uuid"
+WORKLOAD_CHECK = "KHCheck"
+WORKLOAD_JOB = "KHJob"
+
+
+@dataclass
+class HistoryWrite:
+    """What a run's last write adds to its khstate (history.apply_run), decided inside the write."""
+
+    record: Callable[[Obj], RunRecord]  # the run, given the stored spec (a report's OK/Errors are there)
+    length: int  # config historyLength
+    capture_logs: bool  # config captureLogs
+    now: float  # unix seconds
+    previous_failures: int = 0  # consecutiveFailures before this run; set by the write
+
+    def apply(self, spec: Obj) -> None:
+        failures = spec.get("consecutiveFailures")
+        self.previous_failures = failures if isinstance(failures, int) and not isinstance(failures, bool) else 0
+        spec.update(apply_run(spec, self.record(spec), self.length, self.now, self.capture_logs))
+
+
+class StaleReport(KuberhealthyError):
+    """The report's run is not the one the khstate currently allows (it moved on, or never started)."""
+
+
+@dataclass(frozen=True)
+class Spec:
+    """A khstate's `spec`, parsed tolerantly (a hand-edited or v2-written khstate must not crash us)."""
+
+    ok: bool
+    errors: tuple[str, ...]
+    run_duration: str
+    namespace: str
+    node: str
+    last_run: str | None
+    authoritative_pod: str
+    uuid: str
+
+    @classmethod
+    def of(cls, obj: Obj) -> Spec:
+        s = obj.get("spec") if isinstance(obj, dict) else None
+        if not isinstance(s, dict):
+            s = {}
+        meta = obj.get("metadata") if isinstance(obj, dict) else None
+        if not isinstance(meta, dict):
+            meta = {}
+        errors = s.get("Errors") or []
+        return cls(
+            ok=bool(s.get("OK", False)),
+            errors=tuple(str(e) for e in errors) if isinstance(errors, list) else (),
+            run_duration=str(s.get("RunDuration") or ""),
+            namespace=str(s.get("Namespace") or meta.get("namespace") or ""),
+            node=str(s.get("Node") or ""),
+            last_run=str(s["LastRun"]) if s.get("LastRun") else None,
+            authoritative_pod=str(s.get("AuthoritativePod") or ""),
+            uuid=str(s.get("uuid") or ""),
+        )
+
+
+def rfc3339(now: dt.datetime) -> str:
+    """metav1.Time's wire form: UTC, whole seconds."""
+    return now.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+def _annotation(obj: Obj | None, key: str) -> str:
+    """An annotation's value; "" for a missing one, or a hand-edited object of the wrong shape."""
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    annotations = meta.get("annotations") if isinstance(meta, dict) else None
+    value = annotations.get(key) if isinstance(annotations, dict) else None
+    return str(value) if isinstance(value, str) else ""
+
+
+def reported_uuid(obj: Obj | None) -> str:
+    return _annotation(obj, REPORTED_UUID)
+
+
+def finished_uuid(obj: Obj | None) -> str:
+    """The uuid of the last run that is over (its pod exited or the run failed); "" before any."""
+    return _annotation(obj, FINISHED_UUID)
+
+
+@dataclass(frozen=True)
+class RunClaim:
+    """Which run may report, and from which pod (see the module docstring)."""
+
+    uuid: str
+    pod: str  # "" when claimed by a daemon that did not bind runs to pods
+    key_sha256: str
+    finished: bool  # the run is over: no report is taken for it any more
+
+    @classmethod
+    def of(cls, obj: Obj | None) -> RunClaim:
+        run = Spec.of(obj).uuid if obj else ""
+        return cls(uuid=run, pod=_annotation(obj, RUN_POD), key_sha256=_annotation(obj, RUN_KEY_SHA256),
+                   finished=bool(run) and finished_uuid(obj) == run)
+
+
+def _annotate(obj: Obj, values: dict[str, str]) -> None:
+    annotations = obj.setdefault("metadata", {}).setdefault("annotations", {})
+    if annotations is None:
+        annotations = obj["metadata"]["annotations"] = {}
+    for key, value in values.items():
+        if value:
+            annotations[key] = value
+        else:
+            annotations.pop(key, None)
+
+
+def new_body(namespace: str, name: str, pod_name: str, workload: str = WORKLOAD_CHECK) -> Obj:
+    return {
+        "apiVersion": KHSTATES.api_version,
+        "kind": "KuberhealthyState",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"OK": True, "Errors": [], "RunDuration": "", "Namespace": namespace, "Node": "",
+                 "AuthoritativePod": pod_name, "uuid": "", "khWorkload": workload},
+    }
+
+
+def _writer(namespace: str, name: str, pod_name: str, workload: str,
+            change: Callable[[Obj], None]) -> Callable[[Obj | None], Obj | None]:
+    def mutate(current: Obj | None) -> Obj | None:
+        obj = current if current is not None else new_body(namespace, name, pod_name, workload)
+        spec = obj.setdefault("spec", {})
+        spec.setdefault("Errors", [])
+        spec.setdefault("RunDuration", "")
+        spec.setdefault("Namespace", namespace)
+        spec.setdefault("Node", "")
+        spec.setdefault("uuid", "")
+        spec.setdefault("OK", True)
+        change(obj)
+        return obj
+    return mutate
+
+
+def claim_run(res: Api, namespace: str, name: str, run_uuid: str, pod_name: str,
+              workload: str = WORKLOAD_CHECK, hint: Obj | None = None, timeout: float = READ_TIMEOUT,
+              deadline: float | None = None, run_pod: str = "", run_key_sha256: str = "",
+              clock: Callable[[], float] = time.monotonic) -> Obj:
+    """Make run_uuid the only run allowed to report, from the pod named run_pod whose run-key
+    annotation hashes to run_key_sha256; create the khstate if missing."""
+    def change(obj: Obj) -> None:
+        obj["spec"]["uuid"] = run_uuid
+        obj["spec"]["AuthoritativePod"] = pod_name
+        obj["spec"]["Namespace"] = namespace
+        _annotate(obj, {RUN_POD: run_pod, RUN_KEY_SHA256: run_key_sha256})
+    out = res.update_with_retry(KHSTATES, namespace, name, _writer(namespace, name, pod_name, workload, change),
+                                hint=hint, timeout=timeout, deadline=deadline, clock=clock)
+    assert out is not None
+    return out
+
+
+def record_report(res: Api, namespace: str, name: str, run_uuid: str, ok: bool, errors: list[str],
+                  pod_name: str, now: dt.datetime | None = None, hint: Obj | None = None,
+                  timeout: float = READ_TIMEOUT, deadline: float | None = None,
+                  clock: Callable[[], float] = time.monotonic) -> Obj:
+    """Store a checker pod's report. Raises StaleReport (and writes nothing) if run_uuid is not current.
+
+    A cached `hint` is used only when it already names this run: a cache lagging behind the run's
+    claim must not turn a valid report into a StaleReport, so that case re-reads from the API.
+    """
+    when = rfc3339(now or utcnow())
+    if hint is not None and Spec.of(hint).uuid != run_uuid:
+        hint = None
+
+    def mutate(current: Obj | None) -> Obj | None:
+        if current is None or Spec.of(current).uuid != run_uuid:
+            raise StaleReport(f"run {run_uuid} of {namespace}/{name} is not the current run")
+        spec = current["spec"]
+        spec["OK"] = ok
+        spec["Errors"] = list(errors)
+        spec["LastRun"] = when
+        spec["AuthoritativePod"] = pod_name
+        spec.setdefault("RunDuration", "")
+        spec.setdefault("Node", "")
+        spec.setdefault("Namespace", namespace)
+        current.setdefault("metadata", {}).setdefault("annotations", {})[REPORTED_UUID] = run_uuid
+        return current
+    out = res.update_with_retry(KHSTATES, namespace, name, mutate, hint=hint, timeout=timeout, deadline=deadline,
+                                clock=clock)
+    assert out is not None
+    return out
+
+
+def record_result(res: Api, namespace: str, name: str, run_uuid: str, run_duration: str, node: str,
+                  pod_name: str, hint: Obj | None = None, timeout: float = READ_TIMEOUT,
+                  deadline: float | None = None, history: HistoryWrite | None = None,
+                  clock: Callable[[], float] = time.monotonic) -> Obj | None:
+    """After the pod exited: RunDuration and Node (and the run in the history), unless a newer run has
+    claimed the khstate."""
+    if hint is not None and Spec.of(hint).uuid != run_uuid:
+        hint = None  # decide "claimed by a newer run" on a fresh read, not a lagging cache
+    def mutate(current: Obj | None) -> Obj | None:
+        if current is None or Spec.of(current).uuid != run_uuid:
+            return None
+        current["spec"]["RunDuration"] = run_duration
+        current["spec"]["Node"] = node
+        current["spec"]["AuthoritativePod"] = pod_name
+        if history is not None:
+            history.apply(current["spec"])
+        _annotate(current, {FINISHED_UUID: run_uuid})
+        return current
+    return res.update_with_retry(KHSTATES, namespace, name, mutate, hint=hint, timeout=timeout, deadline=deadline,
+                                 clock=clock)
+
+
+class _Superseded(Exception):
+    pass
+
+
+def record_error(res: Api, namespace: str, name: str, errors: list[str], pod_name: str,
+                 run_duration: str = "", node: str = "", workload: str = WORKLOAD_CHECK,
+                 now: dt.datetime | None = None, run_uuid: str | None = None, timeout: float = READ_TIMEOUT,
+                 deadline: float | None = None, history: HistoryWrite | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> Obj | None:
+    """The run failed: OK false with the given errors; the current uuid is kept.
+
+    With `run_uuid`, nothing is written (None returned) unless the khstate still names that run: a
+    stopped or late run must never overwrite its successor's result.
+    """
+    when = rfc3339(now or utcnow())
+
+    def change(obj: Obj) -> None:
+        if run_uuid is not None and str(obj["spec"].get("uuid") or "") != run_uuid:
+            raise _Superseded()
+        spec = obj["spec"]
+        spec["OK"] = False
+        spec["Errors"] = list(errors)
+        spec["LastRun"] = when
+        spec["AuthoritativePod"] = pod_name
+        if run_duration:
+            spec["RunDuration"] = run_duration
+        if node:
+            spec["Node"] = node
+        if history is not None:
+            history.apply(spec)
+        if spec.get("uuid"):
+            _annotate(obj, {FINISHED_UUID: str(spec["uuid"])})  # the run is over: no late report
+    write = _writer(namespace, name, pod_name, workload, change)
+
+    def mutate(current: Obj | None) -> Obj | None:
+        try:
+            return write(current)
+        except _Superseded:
+            return None
+    out = res.update_with_retry(KHSTATES, namespace, name, mutate, timeout=timeout, deadline=deadline, clock=clock)
+    if run_uuid is not None and (out is None or Spec.of(out).uuid != run_uuid):
+        return None
+    return out

@@ -1,0 +1,1 @@
+"""`GET /dashboard`: the page for people, its live updates, templates and assets."""

@@ -1,0 +1,223 @@
+"""Rendering the dashboard: the overview and check pages, their live updates, and the `/` negotiation.
+
+Its own module so both the dashboard blueprint (web/dashboard.py) and `GET /` (web/status.py, when
+`dashboardAtRoot` is on) render the overview without importing each other. Pages are Jinja templates
+under web/templates/dashboard/ over the JSON API's entries (checkview.ViewCache: the cache rebuilt on
+change that `/api/checks` serves) turned into rows by web/dashview.py. Live updates are JSON whose rows
+are rendered by the same template macros, so the page script never renders a row itself.
+
+What it does not do: decide anything, or call the API server (every read is a cache read).
+"""
+from __future__ import annotations
+
+import gzip
+import hashlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+from flask import Flask, Response, current_app, get_template_attribute, jsonify, render_template, request
+from werkzeug.datastructures import MIMEAccept
+
+from kuberhealthy.records.history import format_time
+from kuberhealthy.records.runnow import RUN_NOW_ANNOTATION
+from kuberhealthy.web.context import WebContext, context, plain
+from kuberhealthy.web.dashboard import changelog
+from kuberhealthy.web.dashboard import view as dashview
+from kuberhealthy.web.views import CHECK, Built
+
+DASHBOARD = "kuberhealthy.dashboard"  # app.extensions key
+STATIC = Path(__file__).parent / "static"
+POLL_MS = 5000  # how often the page asks what changed (a 304 when nothing did)
+GZIP_MIN = 2048  # bytes: smaller answers go as they are
+GZIP_LEVEL = 5  # a 1,000-check overview: ~600 KB of repetitive markup, tens of KB gzipped, in ~15 ms
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
+       "form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
+
+
+@dataclass
+class Dashboard:
+    """Per app: the change log of the overview's rows (the entries are WebContext.views, shared with
+    /api/checks)."""
+
+    changes: changelog.ChangeLog = field(default_factory=changelog.ChangeLog)
+
+
+def init_app(app: Flask) -> None:
+    app.extensions[DASHBOARD] = Dashboard()
+
+
+def _dashboard() -> Dashboard:
+    dash: Dashboard = current_app.extensions[DASHBOARD]
+    return dash
+
+
+# --- assets ---------------------------------------------------------------------------------------------
+
+@cache
+def fingerprint(name: str) -> str:
+    """A short hash of a static file's content: its URL changes with it, so it can be cached for a year."""
+    return hashlib.sha256((STATIC / name).read_bytes()).hexdigest()[:12]
+
+
+def asset(name: str) -> str:
+    return f"/dashboard/_static/{name}?v={fingerprint(name)}"
+
+
+def secure(resp: Response) -> Response:
+    """Headers of every dashboard page: no script or style but ours (check errors are untrusted text)."""
+    resp.headers["Content-Security-Policy"] = CSP
+    resp.headers["X-Content-Type-Options"] = "nosniff"
+    resp.headers["Referrer-Policy"] = "no-referrer"
+    return compressed(resp)
+
+
+def compressed(resp: Response) -> Response:
+    """gzip a large page or update for a client that takes it (ETags are weak: one per content)."""
+    resp.vary.add("Accept-Encoding")
+    if resp.status_code != 200 or request.accept_encodings["gzip"] <= 0:
+        return resp
+    data = resp.get_data()
+    if len(data) >= GZIP_MIN:
+        resp.set_data(gzip.compress(data, compresslevel=GZIP_LEVEL, mtime=0))
+        resp.headers["Content-Encoding"] = "gzip"
+    return resp
+
+
+# --- negotiation on `/` -----------------------------------------------------------------------------------
+
+def prefers_html(accept: MIMEAccept) -> bool:
+    """Accept ranks text/html strictly above application/json (a browser; not curl's */*, not none)."""
+    return accept.quality("text/html") > accept.quality("application/json")
+
+
+# --- the overview ------------------------------------------------------------------------------------------
+
+def _now() -> float:
+    return time.time()
+
+
+def _common(ctx: WebContext, now: float) -> dict[str, object]:
+    config = ctx.services.config
+    return {"asset": asset, "now": now, "now_iso": format_time(now),
+            "json_url": "/?format=json" if config.dashboard_at_root else "/",
+            "run_api": config.enable_run_api, "expose_logs": config.expose_logs, "poll_ms": POLL_MS,
+            "run_now_annotation": RUN_NOW_ANNOTATION}
+
+
+def _observe(ctx: WebContext) -> tuple[list[Built], str]:
+    """Every entry and the change-log token that names exactly this state (no rendering yet)."""
+    built = ctx.views.entries()
+    versions = {dashview.row_id(b.view["kind"], b.view["namespace"], b.view["name"]): b.version for b in built}
+    return built, _dashboard().changes.observe(versions, ctx.services.current_master())
+
+
+def overview() -> Response:
+    """The overview page, filtered by the query string (?q=&ns=&state=)."""
+    ctx = context()
+    now = _now()
+    built, token = _observe(ctx)
+    rows = [dashview.row(b.view, now) for b in built]
+    filt = dashview.Filter.of(request.args)
+    shown = sum(1 for r in rows if filt.matches(r))
+    html = render_template("dashboard/overview.html", **_common(ctx, now), token=token, filt=filt,
+                           summary=dashview.summary([b.view for b in built], ctx.services.current_master()),
+                           groups=dashview.groups(rows), shown=shown, total=len(rows),
+                           namespaces=sorted({r.namespace for r in rows}), states=dashview.STATE_TEXT,
+                           form_action=request.path)
+    return secure(Response(html, content_type="text/html; charset=utf-8",
+                           headers={"Cache-Control": "no-cache"}))
+
+
+def _banner(summary: dashview.Summary) -> dict[str, object]:
+    return {"healthy": summary.healthy, "headline": summary.headline, "master": summary.master or "none",
+            "running": summary.running, "total": summary.total, "failing": summary.failing}
+
+
+def _not_modified(token: str, same: Callable[[str], bool] | None = None) -> Response | None:
+    """304 when If-None-Match names `token` (or, given `same`, a token it says names the same state),
+    or is `*` (RFC 9110: any current representation)."""
+    tags = request.if_none_match
+    held = {t for t in tags.as_set(include_weak=True) if t}  # `""` parses as None
+    if tags.star_tag or token in held or (same is not None and any(same(t) for t in held)):
+        return Response(status=304, headers={"ETag": f'W/"{token}"', "Cache-Control": "no-cache",
+                                             "Vary": "Accept-Encoding"})
+    return None
+
+
+def _json(token: str, **body: object) -> Response:
+    resp = jsonify(token=token, **body)
+    resp.headers["ETag"] = f'W/"{token}"'
+    resp.headers["Cache-Control"] = "no-cache"
+    return compressed(resp)
+
+
+def overview_live() -> Response:
+    """What changed since `?since=<token>` (everything without one): the changed rows' HTML, the removed
+    rows' ids, the banner. `ETag` is the new token; If-None-Match with the current token gets 304, so a
+    poll while nothing changed costs one small request and no rendering."""
+    ctx = context()
+    now = _now()
+    built, token = _observe(ctx)
+    changes = _dashboard().changes
+    unchanged = _not_modified(token, changes.unchanged)
+    if unchanged is not None:
+        return unchanged
+    since = request.args.get("since", "")
+    delta = changes.since(since if since else "-")  # no token: everything
+    wanted = set(delta.changed)
+    render_row: Callable[[dashview.Row], str] = get_template_attribute("dashboard/macros.html", "row")
+    out = []
+    for b in built:
+        r_id = dashview.row_id(b.view["kind"], b.view["namespace"], b.view["name"])
+        if r_id in wanted:
+            out.append({"id": r_id, "ns": b.view["namespace"], "html": str(render_row(dashview.row(b.view, now)))})
+    return _json(delta.token, full=delta.full, now=format_time(now), nowMs=int(now * 1000),
+                 banner=_banner(dashview.summary([b.view for b in built], ctx.services.current_master())),
+                 rows=out, removed=delta.removed)
+
+
+# --- a check page -------------------------------------------------------------------------------------------
+
+def _check_token(ctx: WebContext, built: list[Built]) -> str:
+    """Names what a check page shows: its entries' versions and the two settings that change the page."""
+    digest = hashlib.sha256(repr([b.version for b in built]).encode()).hexdigest()[:16]
+    config = ctx.services.config
+    return f"{digest}.{int(config.enable_run_api)}{int(config.expose_logs)}"
+
+
+def _details(ctx: WebContext, built: list[Built], now: float) -> list[dashview.Detail]:
+    s = ctx.services
+    out = []
+    for b in built:
+        cache_ = s.khchecks if b.view["kind"] == CHECK else s.khjobs
+        out.append(dashview.detail(b.view, cache_.get(b.view["namespace"], b.view["name"]), now))
+    return out
+
+
+def check_page(namespace: str, name: str) -> Response:
+    ctx = context()
+    now = _now()
+    built = ctx.views.one(namespace, name)
+    html = render_template("dashboard/check.html", **_common(ctx, now), namespace=namespace, name=name,
+                           entries=_details(ctx, built, now), token=_check_token(ctx, built))
+    return secure(Response(html, status=200 if built else 404, content_type="text/html; charset=utf-8",
+                           headers={"Cache-Control": "no-cache"}))
+
+
+def check_live(namespace: str, name: str) -> Response:
+    """The changing parts of a check page, rendered; ETag/If-None-Match → 304 while nothing changed."""
+    ctx = context()
+    now = _now()
+    built = ctx.views.one(namespace, name)
+    if not built:
+        return plain(404, f"no khcheck or khjob {namespace}/{name}")
+    token = _check_token(ctx, built)
+    unchanged = _not_modified(token)
+    if unchanged is not None:
+        return unchanged
+    render_entry: Callable[[dashview.Detail], str] = get_template_attribute("dashboard/macros.html", "entry")
+    parts = {f"live-{d.kind}": str(render_entry(d)) for d in _details(ctx, built, now)}
+    return _json(token, now=format_time(now), nowMs=int(now * 1000), parts=parts)

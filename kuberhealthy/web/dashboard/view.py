@@ -1,0 +1,347 @@
+"""What the dashboard shows, computed from the JSON API's entries (checkview.View): rows, groups, the
+health summary, the filter, the text of times and durations, and which rows changed since a poll.
+
+The dashboard's templates render these; its script keeps the page current by asking `/dashboard/live`
+what changed since the generation it holds (web/changelog.py) and swapping in the server-rendered
+rows, so the script never re-implements a row. Times are sent as RFC3339 in `datetime` attributes and their
+text ("2 min ago", "in 40 s") is written here for the first paint and by the script afterwards, with
+the same rules (relative() and countdown() below; dashboard.js mirrors them).
+
+Pure: no Flask, no I/O, no clock (callers pass `now`, unix seconds).
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kuberhealthy.base.durations import parse_duration
+from kuberhealthy.records.history import SKIPPED, parse_time
+from kuberhealthy.web.views import FAILING, JOB, NEVER_RUN, OK, View
+
+RANK = {FAILING: 0, NEVER_RUN: 1, OK: 2}  # failing first, then never run, then OK
+STATES = (FAILING, NEVER_RUN, OK)
+STATE_TEXT = {OK: "OK", FAILING: "Failing", NEVER_RUN: "Never run"}
+# Marks of the history strip: a shape for each outcome, so the strip reads without colour.
+MARK_OK, MARK_FAIL, MARK_SKIP = "o", "f", "s"
+GLYPH = {MARK_OK: "\u2713", MARK_FAIL: "\u2717", MARK_SKIP: "\u2013"}  # check mark, ballot x, en dash
+ERROR_CHARS = 300  # of the first error in an overview row (the check page shows all of it)
+
+
+# --- text of numbers and times -------------------------------------------------------------------------
+
+def _unit(seconds: float) -> str:
+    s = int(seconds)
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min"
+    if s < 86400:
+        return f"{s // 3600} h"
+    return f"{s // 86400} d"
+
+
+def relative(when: float | None, now: float) -> str:
+    """A past time as people say it: "just now", "40 s ago", "2 min ago", "3 h ago", "2 d ago"."""
+    if when is None:
+        return "never"
+    age = now - when
+    if age < 5:
+        return "just now" if age > -5 else "in " + _unit(-age)
+    return _unit(age) + " ago"
+
+
+def countdown(when: float | None, now: float) -> str:
+    """A coming time: "in 40 s", "in 4 min 5 s" (under 10 min), "in 12 min", "due now" once passed."""
+    if when is None:
+        return "\u2014"
+    left = when - now
+    if left < 1:
+        return "due now"
+    s = int(left)
+    if 60 <= s < 600:
+        return f"in {s // 60} min {s % 60} s"
+    return "in " + _unit(s)
+
+
+def duration_text(seconds: float | None) -> str:
+    """850 ms, 1.2 s, 2 min 3 s, 5 min, 1 h 2 min."""
+    if seconds is None:
+        return "\u2014"
+    if seconds < 1:
+        return f"{round(seconds * 1000)} ms"
+    if seconds < 60:
+        return f"{seconds:.0f} s" if seconds == int(seconds) else f"{seconds:.1f} s"
+    s = int(seconds)
+    if s < 3600:
+        return f"{s // 60} min" + (f" {s % 60} s" if s % 60 else "")
+    return f"{s // 3600} h" + (f" {s % 3600 // 60} min" if s % 3600 // 60 else "")
+
+
+def percent(fraction: float | None) -> str:
+    return "\u2014" if fraction is None else f"{fraction * 100:.1f} %"
+
+
+def _seconds(go_duration: Any) -> float | None:
+    try:
+        return parse_duration(str(go_duration))
+    except ValueError:
+        return None
+
+
+# --- rows ------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Mark:
+    """A run of equal marks in the strip (run-length, so a steady check costs one element)."""
+
+    kind: str  # MARK_OK | MARK_FAIL | MARK_SKIP
+    count: int
+
+    @property
+    def glyphs(self) -> str:
+        return GLYPH[self.kind] * self.count
+
+
+@dataclass(frozen=True)
+class Strip:
+    marks: tuple[Mark, ...]  # oldest first
+    label: str  # what a screen reader says instead of the glyphs
+
+
+def mark_of(entry: Mapping[str, Any]) -> str:
+    if entry.get("outcome") == SKIPPED or not isinstance(entry.get("OK"), bool):
+        return MARK_SKIP
+    return MARK_OK if entry["OK"] else MARK_FAIL
+
+
+def strip(history: Sequence[Mapping[str, Any]]) -> Strip:
+    """The kept history as marks, oldest first, with a summary for assistive technology."""
+    kinds = [mark_of(e) for e in reversed(history)]
+    marks: list[Mark] = []
+    for kind in kinds:
+        if marks and marks[-1].kind == kind:
+            marks[-1] = Mark(kind, marks[-1].count + 1)
+        else:
+            marks.append(Mark(kind, 1))
+    if not kinds:
+        return Strip((), "no runs kept")
+    counts = [(kinds.count(MARK_OK), "passed"), (kinds.count(MARK_FAIL), "failed"),
+              (kinds.count(MARK_SKIP), "skipped")]
+    said = ", ".join(f"{n} {word}" for n, word in counts if n)
+    newest = {MARK_OK: "passed", MARK_FAIL: "failed", MARK_SKIP: "skipped"}[kinds[-1]]
+    runs_ = f"{len(kinds)} run{'s' if len(kinds) != 1 else ''}"
+    return Strip(tuple(marks), f"last {runs_}: {said}; newest {newest}")
+
+
+def row_id(kind: str, namespace: str, name: str) -> str:
+    return f"{kind}:{namespace}/{name}"
+
+
+@dataclass(frozen=True)
+class Row:
+    """One check or job of the overview."""
+
+    id: str  # "check:<ns>/<name>" (the element's key for the script)
+    kind: str
+    namespace: str
+    name: str
+    state: str
+    running: str  # the phase of the run in flight ("" when none)
+    last_run: str | None  # RFC3339
+    last_run_text: str
+    next_run: str | None
+    next_run_text: str
+    phase: str  # khjobs: spec.phase
+    duration_text: str
+    consecutive_failures: int
+    strip: Strip
+    first_error: str
+    error_count: int
+
+    @property
+    def rank(self) -> int:
+        return RANK.get(self.state, 1)
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def state_text(self) -> str:
+        return STATE_TEXT.get(self.state, self.state)
+
+    @property
+    def sort(self) -> tuple[int, str, str]:
+        return (self.rank, self.name, self.kind)
+
+    def search_text(self) -> str:
+        """What the text filter matches (case-insensitive substring); dashboard.js matches the same."""
+        return f"{self.key} {self.first_error}".lower()
+
+
+def row(v: View, now: float) -> Row:
+    last = parse_time(v.get("lastRun"))
+    nxt = parse_time(v.get("nextRun"))
+    errors = [str(e) for e in v.get("errors") or []]
+    first = errors[0] if errors else ""
+    current = v.get("currentRun") or {}
+    return Row(
+        id=row_id(v["kind"], v["namespace"], v["name"]), kind=v["kind"], namespace=v["namespace"],
+        name=v["name"], state=v["state"], running=str(current.get("phase") or "") if current else "",
+        last_run=v.get("lastRun"), last_run_text=relative(last, now),
+        next_run=v.get("nextRun") if v["kind"] != JOB else None,
+        next_run_text=countdown(nxt, now) if v["kind"] != JOB else "",
+        phase=str(v.get("phase") or ""), duration_text=duration_text(v.get("runDuration")),
+        consecutive_failures=int(v.get("consecutiveFailures") or 0), strip=strip(v.get("history") or []),
+        first_error=first if len(first) <= ERROR_CHARS else first[:ERROR_CHARS - 1] + "\u2026",
+        error_count=len(errors))
+
+
+@dataclass
+class Group:
+    namespace: str
+    rows: list[Row]
+
+    @property
+    def failing(self) -> int:
+        return sum(1 for r in self.rows if r.state == FAILING)
+
+    @property
+    def summary(self) -> str:
+        """"3 checks, 1 failing" (dashboard.js writes the same)."""
+        n = len(self.rows)
+        text = f"{n} check{'s' if n != 1 else ''}"
+        return text + (f", {self.failing} failing" if self.failing else "")
+
+
+def groups(rows: Iterable[Row]) -> list[Group]:
+    """By namespace; namespaces with failing checks first, then by name; in each, failing rows first."""
+    by_ns: dict[str, list[Row]] = {}
+    for r in rows:
+        by_ns.setdefault(r.namespace, []).append(r)
+    out = [Group(ns, sorted(rs, key=lambda r: r.sort)) for ns, rs in by_ns.items()]
+    return sorted(out, key=lambda g: (0 if g.failing else 1, g.namespace))
+
+
+@dataclass(frozen=True)
+class Summary:
+    """The health banner."""
+
+    total: int
+    failing: int
+    never_run: int
+    running: int
+    master: str
+
+    @property
+    def healthy(self) -> bool:
+        return self.failing == 0
+
+    @property
+    def headline(self) -> str:
+        if self.total == 0:
+            return "No checks yet"
+        if self.failing == 0:
+            return f"All {self.total} OK" if self.never_run == 0 else f"No failures ({self.never_run} not run yet)"
+        return f"{self.failing} of {self.total} failing"
+
+
+def summary(views: Sequence[View], master: str) -> Summary:
+    return Summary(total=len(views), failing=sum(1 for v in views if v["state"] == FAILING),
+                   never_run=sum(1 for v in views if v["state"] == NEVER_RUN),
+                   running=sum(1 for v in views if v.get("currentRun")), master=master)
+
+
+# --- the filter -------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Filter:
+    """The overview's filter, kept in the query string so a link shares it: ?q=&ns=&state=."""
+
+    text: str = ""
+    namespace: str = ""
+    state: str = ""
+
+    @classmethod
+    def of(cls, args: Mapping[str, str]) -> Filter:
+        state = args.get("state", "")
+        return cls(text=args.get("q", "").strip()[:200], namespace=args.get("ns", "").strip()[:253],
+                   state=state if state in STATES else "")
+
+    @property
+    def active(self) -> bool:
+        return bool(self.text or self.namespace or self.state)
+
+    def shows(self, rows: Iterable[Row]) -> bool:
+        return any(self.matches(r) for r in rows)
+
+    def matches(self, r: Row) -> bool:
+        return ((not self.namespace or r.namespace == self.namespace)
+                and (not self.state or r.state == self.state)
+                and (not self.text or self.text.lower() in r.search_text()))
+
+
+# --- the check page -------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Run:
+    """One row of a check page's history table."""
+
+    start: str | None
+    start_text: str
+    mark: str
+    result: str
+    duration_text: str
+    outcome: str
+    node: str
+    pod: str
+    errors: tuple[str, ...]
+    logs: str | None  # only when exposeLogs is on (the JSON API's entries carry them then)
+
+
+def runs(history: Sequence[Mapping[str, Any]], now: float) -> list[Run]:
+    out = []
+    for e in history:
+        mark = mark_of(e)
+        start = e.get("start") if isinstance(e.get("start"), str) else None
+        logs = e.get("logs")
+        out.append(Run(start=start, start_text=relative(parse_time(start), now), mark=mark,
+                       result={MARK_OK: "OK", MARK_FAIL: "Failed", MARK_SKIP: "Skipped"}[mark],
+                       duration_text=duration_text(_seconds(e.get("duration"))), outcome=str(e.get("outcome") or ""),
+                       node=str(e.get("node") or ""), pod=str(e.get("pod") or ""),
+                       errors=tuple(str(x) for x in e.get("errors") or []),
+                       logs=logs if isinstance(logs, str) and logs else None))
+    return out
+
+
+def images(obj: Mapping[str, Any] | None) -> list[str]:
+    """The container images of a khcheck's or khjob's podSpec."""
+    pod_spec = ((obj or {}).get("spec") or {}).get("podSpec") or {}
+    containers = pod_spec.get("containers") if isinstance(pod_spec, Mapping) else None
+    return [str(c.get("image") or "") for c in containers or [] if isinstance(c, Mapping)]
+
+
+@dataclass(frozen=True)
+class Detail:
+    """One entry (check or job) of a check page."""
+
+    view: View
+    row: Row
+    images: list[str]
+    runs: list[Run]
+    last_ok_text: str
+    last_failure_text: str
+    started_text: str  # of the run in flight
+
+    @property
+    def kind(self) -> str:
+        return self.row.kind
+
+
+def detail(v: View, obj: Mapping[str, Any] | None, now: float) -> Detail:
+    current = v.get("currentRun") or {}
+    return Detail(view=v, row=row(v, now), images=images(obj), runs=runs(v.get("history") or [], now),
+                  last_ok_text=relative(parse_time(v.get("lastOK")), now),
+                  last_failure_text=relative(parse_time(v.get("lastFailure")), now),
+                  started_text=relative(parse_time(current.get("started")), now))

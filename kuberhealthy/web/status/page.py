@@ -1,0 +1,328 @@
+"""The status page's data: the khstate cache turned into v2's health summary and its exact JSON bytes.
+
+v2 serves `GET /` as Go's `json.MarshalIndent(state, "", "  ")` of
+`State{OK, Errors, CheckDetails, JobDetails, CurrentMaster}`; dashboards and scripts parse those bytes,
+so they are reproduced exactly: struct field order, map keys sorted, Go's string escaping (`<`, `>`,
+`&`, U+2028/U+2029 as `\\u....`, control characters as `\\u00xx`, invalid text as U+FFFD), `null` for a
+khstate whose Errors is absent, `LastRun` re-formatted the way `metav1.Time` marshals (UTC, whole
+seconds, omitted when unset).
+
+Rules (as v2): khstates with an empty AuthoritativePod never ran and are hidden; top-level OK is false
+and Errors collects every non-blank error of the visible khstates as soon as one has any. Ours: a
+khstate belongs under JobDetails when a khjob of that name exists (or the khstate says
+`khWorkload: KHJob`), otherwise under CheckDetails; top-level errors are in key order.
+
+StatusCache keeps one rendered fragment per khstate (memoised by resourceVersion) and rebuilds the
+summary only after a reflector listener marked the cache changed, at most once per change, never per
+request. It reads caches; it never calls the API and knows nothing about HTTP.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+import threading
+from collections.abc import Callable, Collection, Iterable
+from dataclasses import dataclass
+from typing import Protocol
+
+from kuberhealthy.kube import Obj
+from kuberhealthy.records.khstate import WORKLOAD_JOB, RunClaim, finished_uuid
+
+# Go's unicode.IsSpace, which strings.TrimSpace uses (Python's str.isspace also counts \x1c-\x1f).
+GO_SPACE = "\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a" \
+           "\u2028\u2029\u202f\u205f\u3000"
+
+_NEEDS_SLOW_PATH = re.compile("[\b\f<>&\u2028\u2029\ud800-\udfff]")
+_RFC3339 = re.compile(r"^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(\.\d+)?(Z|[+-]\d{2}:\d{2})$")
+_HEX = "0123456789abcdef"
+
+
+def is_blank(text: str) -> bool:
+    """True when Go's strings.TrimSpace would leave nothing."""
+    return not text.strip(GO_SPACE)
+
+
+def valid_text(text: str) -> str:
+    """Replace lone surrogates (invalid UTF-8 on the wire) with U+FFFD, as Go's decoder does."""
+    if not any("\ud800" <= c <= "\udfff" for c in text):
+        return text
+    return "".join("\ufffd" if "\ud800" <= c <= "\udfff" else c for c in text)
+
+
+def go_json_string(text: str) -> str:
+    """A JSON string literal exactly as Go's encoding/json writes it (HTML-safe escaping on)."""
+    if not _NEEDS_SLOW_PATH.search(text):
+        return json.dumps(text, ensure_ascii=False)
+    out = ['"']
+    for c in text:
+        o = ord(c)
+        if c == '"':
+            out.append('\\"')
+        elif c == "\\":
+            out.append("\\\\")
+        elif c == "\n":
+            out.append("\\n")
+        elif c == "\r":
+            out.append("\\r")
+        elif c == "\t":
+            out.append("\\t")
+        elif o < 0x20 or c in "<>&":
+            out.append("\\u00" + _HEX[o >> 4] + _HEX[o & 0xF])
+        elif c in "\u2028\u2029":
+            out.append(f"\\u{o:04x}")
+        elif 0xD800 <= o <= 0xDFFF:
+            out.append("\\ufffd")
+        else:
+            out.append(c)
+    out.append('"')
+    return "".join(out)
+
+
+def go_time(value: object) -> str | None:
+    """`LastRun` as metav1.Time re-marshals it: RFC3339 in UTC, whole seconds; None (omitted) if unset.
+
+    Go fails to decode a khstate whose LastRun is not RFC3339; we omit the field instead.
+    The zero time marshals as the literal `null`, returned here as "null".
+    """
+    if not isinstance(value, str):
+        return None
+    m = _RFC3339.match(value)
+    if not m:
+        return None
+    try:
+        offset = dt.timezone.utc
+        zone = m.group(8)
+        if zone != "Z":
+            sign = -1 if zone[0] == "-" else 1
+            offset = dt.timezone(sign * dt.timedelta(hours=int(zone[1:3]), minutes=int(zone[4:6])))
+        when = dt.datetime(int(m.group(1)), int(m.group(2)), int(m.group(3)), int(m.group(4)),
+                           int(m.group(5)), int(m.group(6)), tzinfo=offset).astimezone(dt.timezone.utc)
+    except (ValueError, OverflowError):
+        return None
+    if when == dt.datetime(1, 1, 1, tzinfo=dt.timezone.utc):
+        return "null"
+    return '"' + when.strftime("%Y-%m-%dT%H:%M:%SZ") + '"'
+
+
+@dataclass(frozen=True)
+class Details:
+    """One khstate as v2's WorkloadDetails, plus its pre-rendered status page entry."""
+
+    key: str  # "<namespace>/<name>"
+    namespace: str  # spec.Namespace (metadata.namespace when blank), used by the namespace filter
+    ok: bool
+    errors: tuple[str, ...] | None  # None: the khstate has no Errors list (rendered as null)
+    run_duration: str
+    authoritative_pod: str
+    is_job: bool
+    fragment: str  # `    "<key>": {...}` indented for its place inside CheckDetails/JobDetails
+    spec_namespace: str = ""  # spec.Namespace exactly as stored (what v2 shows and labels metrics with)
+
+    @property
+    def ran(self) -> bool:
+        return bool(self.authoritative_pod)
+
+
+def _spec_str(spec: Obj, key: str) -> str:
+    v = spec.get(key)
+    return valid_text(v) if isinstance(v, str) else ""
+
+
+def shown_uuid(obj: Obj) -> str:
+    """The `uuid` the page shows: never that of a run that can still report (CONTRACT section 11). A run
+    this daemon claimed (its pod named in the claim) and has not finished shows the last finished run's
+    uuid instead ("" before any); a khstate no run of ours has claimed shows its uuid as v2 did."""
+    claim = RunClaim.of(obj)
+    if claim.pod and not claim.finished:
+        return finished_uuid(obj)
+    return claim.uuid
+
+
+def details_of(obj: Obj, is_job: bool) -> Details:
+    """Parse one khstate tolerantly (hand-edited or v2-written objects must not break the page)."""
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec")
+    if not isinstance(spec, dict):
+        spec = {}
+    key = valid_text(f"{meta.get('namespace', '')}/{meta.get('name', '')}")
+    raw_errors = spec.get("Errors")
+    errors = tuple(valid_text(e) if isinstance(e, str) else "" for e in raw_errors) \
+        if isinstance(raw_errors, list) else None
+    ok = spec.get("OK") is True
+    spec_ns = _spec_str(spec, "Namespace")
+    d = {
+        "RunDuration": _spec_str(spec, "RunDuration"), "Namespace": spec_ns, "Node": _spec_str(spec, "Node"),
+        "AuthoritativePod": _spec_str(spec, "AuthoritativePod"), "uuid": valid_text(shown_uuid(obj)),
+    }
+    lines = [f"    {go_json_string(key)}: {{", f'      "OK": {"true" if ok else "false"},']
+    if errors is None:
+        lines.append('      "Errors": null,')
+    elif not errors:
+        lines.append('      "Errors": [],')
+    else:
+        lines.append('      "Errors": [')
+        lines.append(",\n".join("        " + go_json_string(e) for e in errors))
+        lines.append("      ],")
+    for name in ("RunDuration", "Namespace", "Node"):
+        lines.append(f'      "{name}": {go_json_string(d[name])},')
+    last_run = go_time(spec.get("LastRun"))
+    if last_run is not None:
+        lines.append(f'      "LastRun": {last_run},')
+    lines.append(f'      "AuthoritativePod": {go_json_string(d["AuthoritativePod"])},')
+    lines.append(f'      "uuid": {go_json_string(d["uuid"])}')
+    lines.append("    }")
+    return Details(key=key, namespace=spec_ns or str(meta.get("namespace") or ""), ok=ok, errors=errors,
+                   run_duration=d["RunDuration"], authoritative_pod=d["AuthoritativePod"], is_job=is_job,
+                   fragment="\n".join(lines), spec_namespace=spec_ns)
+
+
+@dataclass(frozen=True)
+class Summary:
+    """v2's health.State without CurrentMaster (that comes from the Lease, per request)."""
+
+    ok: bool
+    errors: tuple[str, ...]
+    checks: tuple[Details, ...]  # sorted by key
+    jobs: tuple[Details, ...]  # sorted by key
+
+
+EMPTY = Summary(ok=True, errors=(), checks=(), jobs=())
+
+
+def summarize(entries: Iterable[Details], namespaces: Collection[str] | None = None) -> Summary:
+    """Hide never-run khstates, apply the namespace filter, gather the errors. `entries` in key order."""
+    checks: list[Details] = []
+    jobs: list[Details] = []
+    for d in entries:
+        if not d.ran or (namespaces and d.namespace not in namespaces):
+            continue
+        (jobs if d.is_job else checks).append(d)
+    errors = tuple(e for d in (*checks, *jobs) for e in (d.errors or ()) if not is_blank(e))
+    return Summary(ok=not errors, errors=errors, checks=tuple(checks), jobs=tuple(jobs))
+
+
+def _details_map(entries: tuple[Details, ...]) -> str:
+    if not entries:
+        return "{}"
+    return "{\n" + ",\n".join(d.fragment for d in entries) + "\n  }"
+
+
+def render_head(summary: Summary) -> str:
+    """Everything before CurrentMaster, which changes independently of the khstates."""
+    if summary.errors:
+        errors = "[\n" + ",\n".join("    " + go_json_string(e) for e in summary.errors) + "\n  ]"
+    else:
+        errors = "[]"
+    return (f'{{\n  "OK": {"true" if summary.ok else "false"},\n  "Errors": {errors},\n'
+            f'  "CheckDetails": {_details_map(summary.checks)},\n  "JobDetails": {_details_map(summary.jobs)},\n')
+
+
+def render_tail(current_master: str) -> str:
+    return f'  "CurrentMaster": {go_json_string(valid_text(current_master))}\n}}'
+
+
+def render(summary: Summary, current_master: str) -> bytes:
+    """The status page: byte for byte what v2's MarshalIndent writes (no trailing newline)."""
+    return (render_head(summary) + render_tail(current_master)).encode("utf-8")
+
+
+class Store(Protocol):
+    """What StatusCache needs from a reflector."""
+
+    def list(self) -> list[Obj]: ...
+
+    def get(self, namespace: str, name: str) -> Obj | None: ...
+
+    def add_listener(self, fn: Callable[[str, Obj, Obj | None], None]) -> None: ...
+
+
+def _is_job(obj: Obj, khjobs: Store | None) -> bool:
+    spec = obj.get("spec")
+    if isinstance(spec, dict) and spec.get("khWorkload") == WORKLOAD_JOB:
+        return True
+    if khjobs is None:
+        return False
+    meta = obj.get("metadata") or {}
+    return khjobs.get(str(meta.get("namespace", "")), str(meta.get("name", ""))) is not None
+
+
+class StatusCache:
+    """The summary and page bytes, rebuilt lazily after the khstate (or khjob) cache changed."""
+
+    def __init__(self, khstates: Store, khjobs: Store | None = None) -> None:
+        self._khstates = khstates
+        self._khjobs = khjobs
+        self._lock = threading.Lock()  # guards the fields below
+        self._build_lock = threading.Lock()  # one rebuild at a time
+        self._generation = 0  # bumped by every cache change
+        self._built: tuple[int, Summary, tuple[Details, ...]] = (-1, EMPTY, ())
+        self._head: tuple[int, str] = (-1, "")
+        self._page: tuple[int, str, bytes] = (-1, "", b"")
+        self._memo: dict[str, tuple[str, bool, Details]] = {}  # key -> (resourceVersion, is_job, details)
+
+    def attach(self) -> StatusCache:
+        """Listen to the caches; call once."""
+        self._khstates.add_listener(self._changed)
+        if self._khjobs is not None:
+            self._khjobs.add_listener(self._changed)
+        return self
+
+    def _changed(self, _etype: str, _obj: Obj, _prev: Obj | None) -> None:
+        with self._lock:
+            self._generation += 1
+
+    def invalidate(self) -> None:
+        self._changed("", {}, None)
+
+    def _current(self) -> tuple[int, Summary, tuple[Details, ...]]:
+        built = self._built
+        if built[0] == self._generation:
+            return built
+        with self._build_lock:
+            with self._lock:
+                generation = self._generation
+            built = self._built
+            if built[0] == generation:
+                return built
+            entries = self._entries()
+            built = (generation, summarize(entries), entries)
+            with self._lock:
+                self._built = built
+            return built
+
+    def _entries(self) -> tuple[Details, ...]:
+        """Every khstate in key order, reusing the rendered fragment of unchanged objects."""
+        memo: dict[str, tuple[str, bool, Details]] = {}
+        for obj in self._khstates.list():
+            meta = obj.get("metadata") or {}
+            key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+            rv = str(meta.get("resourceVersion") or "")
+            job = _is_job(obj, self._khjobs)
+            old = self._memo.get(key)
+            if old is not None and rv and old[0] == rv and old[1] == job:
+                memo[key] = old
+            else:
+                memo[key] = (rv, job, details_of(obj, job))
+        self._memo = memo
+        return tuple(memo[k][2] for k in sorted(memo))
+
+    def summary(self) -> Summary:
+        """The unfiltered summary (what `/` without a filter and /metrics show)."""
+        return self._current()[1]
+
+    def page(self, current_master: str, namespaces: Collection[str] | None = None) -> bytes:
+        """The status page bytes; the unfiltered page is cached until the caches or the master change."""
+        generation, summary, entries = self._current()
+        if namespaces:
+            return render(summarize(entries, namespaces), current_master)
+        page = self._page
+        if page[0] == generation and page[1] == current_master:
+            return page[2]
+        head = self._head
+        if head[0] != generation:
+            head = (generation, render_head(summary))
+            self._head = head
+        body = (head[1] + render_tail(current_master)).encode("utf-8")
+        self._page = (generation, current_master, body)
+        return body

@@ -1,0 +1,62 @@
+"""`GET /` (the v2 status page) and `GET /metrics` (the v2 Prometheus families).
+
+Both are served from the khstate cache: the page bytes are prepared by state.StatusCache when the cache
+changes, so a request costs a lookup, not a render (a `?namespace=` filter renders from the prepared
+per-check fragments). As in v2, `/` answers 200 even when checks fail, and refuses a request that
+carries a body: that is a checker reporting to the wrong URL. With `dashboardAtRoot` on, `/` also
+serves the dashboard (web/dashpage.py) to a GET whose Accept ranks text/html above application/json,
+and says `Vary: Accept`; every other request, and `?format=json`, still gets the JSON.
+"""
+from __future__ import annotations
+
+import logging
+
+from flask import Blueprint, Response, request
+from prometheus_client.exposition import choose_encoder
+
+from kuberhealthy.web.context import context, plain, requested_namespaces
+from kuberhealthy.web.dashboard import render as dashpage
+
+logger = logging.getLogger(__name__)
+
+bp = Blueprint("status", __name__)
+
+# v2 served the page for any method; a POST with a body (a misdirected report) gets a 400 there.
+STATUS_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"]
+WRONG_URL = "Unexpected body from status page request. Verify check is reporting to the right status url"
+
+
+def request_has_body() -> bool:
+    length = request.content_length
+    if length:
+        return True
+    if length is None and "chunked" in request.headers.get("Transfer-Encoding", "").lower():
+        return bool(request.stream.read(1))
+    return False
+
+
+@bp.route("/", methods=STATUS_METHODS)
+def status_page() -> Response:
+    if request_has_body():
+        logger.warning("Unexpected body on a status page request from %s to %s; is a check reporting to the "
+                       "wrong URL?", request.remote_addr, request.full_path)
+        return plain(400, WRONG_URL)
+    ctx = context()
+    negotiate = ctx.services.config.dashboard_at_root  # off by default: `/` is the v2 JSON for everyone
+    if (negotiate and request.method in ("GET", "HEAD") and request.args.get("format") != "json"
+            and dashpage.prefers_html(request.accept_mimetypes)):
+        resp = dashpage.overview()
+    else:
+        raw = request.args.get("namespace", "")
+        namespaces = requested_namespaces(raw) if raw else None
+        page = ctx.status.page(ctx.services.current_master(), namespaces)
+        resp = Response(page, content_type="application/json")
+    if negotiate:
+        resp.vary.add("Accept")
+    return resp
+
+
+@bp.route("/metrics", methods=["GET", "HEAD"])
+def metrics() -> Response:
+    encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
+    return Response(encoder(context().registry), content_type=content_type)
