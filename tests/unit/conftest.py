@@ -1,4 +1,4 @@
-"""Fixtures over the in-memory fakes (tests/unit/fakes.py): services, the Flask app and its test client.
+"""Fixtures over the in-memory fakes (testbed/fakes/): services, the Flask app and its test client.
 
 In-process like the Flask tutorial's `app`/`client`: no API server, no sockets, no real sleeps. A test
 that leaves a `kh-` thread running fails by the autouse guard (testbed.pytest_plugin's no_thread_leaks).

@@ -1,7 +1,7 @@
 """The HTTP API through Flask's test client over fake services: `/`, `/metrics`, probes and reports.
 
 No API server and no sockets: the caches are FakeCaches, the khstate writes go to FakeApi. The same
-behaviour over real services and a real socket is tested in tests/web.
+behaviour over real services and a real socket is tested in tests/integration/web.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The controller over the in-memory fakes: which checks run, when leadership comes and goes.
 
 Runs are stand-ins that record themselves and last until their worker stops them (a check's run is
-the runner's business: tests/unit/test_runner_unit.py); one test wires the real Runner end to end.
+the runner's business: tests/unit/test_runner.py); one test wires the real Runner end to end.
 Reconciles are not debounced here (checkChangeDebounce 0) unless a test says so.
 """
 from __future__ import annotations
