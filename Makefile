@@ -4,12 +4,14 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: help venv testbed demo test test-unit test-integration test-slow lint bench scale faults helm-lint image image-test image-tools screenshots clean
+.PHONY: help venv testbed demo test test-unit test-slow lint bench scale faults image image-test image-tools screenshots clean
 
 help:
 	@echo "make demo    - local API server + sample checks + simulated kubelet + the daemon"
-	@echo "make test    - unit + integration + web tests against a real API server"
-	@echo "make lint    - ruff + mypy"
+	@echo "make test    - make lint, then unit + integration + contract + browser + image tests against a real API server"
+	@echo "make test-unit - the unit tests alone (no test bed, ~20 s)"
+	@echo "make test-slow - the long tests kept out of make test (the soak)"
+	@echo "make lint    - ruff, mypy (strict) and import-linter (the layers), at pinned versions"
 	@echo "make bench   - performance figures (run overhead, API calls per run, HTTP throughput, dashboard)"
 	@echo "make screenshots - the dashboard (light, dark, phone) from the demo, into docs/"
 	@echo "make image   - build the daemon image (docker, podman or buildah; BASE_IMAGE=debian: no registry)"
@@ -36,7 +38,8 @@ testbed:
 demo: venv testbed
 	$(BIN)/python -m testbed.demo
 
-test: venv testbed image-tools
+# Lint first: a layer broken or a type error fails in seconds, before the ~10 min of tests.
+test: lint testbed image-tools
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS) tests -m "not slow"
 
 test-unit: venv
@@ -48,6 +51,7 @@ test-slow: venv testbed
 lint: venv
 	$(BIN)/ruff check kuberhealthy tests bench examples testbed
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache
 
 bench: venv testbed
 	$(BIN)/python -m bench

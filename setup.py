@@ -30,10 +30,13 @@ setup(
             "requests>=2.31,<3",
             "kubernetes-validate>=1.30,<2",  # the chart's objects against current Kubernetes schemas
             "jsonschema>=4.18,<5",
-            "mypy>=1.10",
-            "ruff>=0.5",
-            "types-PyYAML",
-            "types-requests",
+            # The linters gate CI (`make lint`, run first by `make test`): exact versions, so a new release
+            # cannot fail a clean clone that passed yesterday.
+            "mypy==2.4.1",
+            "ruff==0.17.6",
+            "import-linter==2.17",  # the layers (pyproject.toml [tool.importlinter])
+            "types-PyYAML==6.0.12.20261122",
+            "types-requests==2.33.0.20261030",
             "openapi-spec-validator>=0.7,<1",  # the OpenAPI document is valid (tests/unit/test_openapi.py)
             "schemathesis>=4,<5",  # the daemon fuzzed from its OpenAPI document (tests/contract)
             "selenium>=4.11,<5",  # browser tests with Debian's chromium + chromedriver (hack/tools.sh)

@@ -1,5 +1,6 @@
-"""The verdict of a fault scenario: the invariants of CONTRACT.md section 10, judged from what a
-FaultBed's observers saw (testbed/faults.py, observe.py), never from the product's own state.
+"""The verdict of a fault scenario: the invariants the daemon promises under faults (docs/interface.md),
+judged from what a FaultBed's observers saw (testbed/faults.py, observe.py), never from the product's
+own state. This module reads a FaultBed; faults.py never imports it back.
 
   1. no false alarm: no OK:false result written (audit log) or shown on `/` for a checker that reported
      OK; a failure the simulator itself caused is set apart (bed_failures) and makes the verdict BED
@@ -15,16 +16,11 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import requests
 
+from testbed.faults import RECOVERY_LIMIT, FaultBed
 from testbed.observe import Availability, Failure, scrape_skipped
-
-if TYPE_CHECKING:
-    from testbed.faults import FaultBed
-
-RECOVERY_LIMIT = 60.0  # seconds: the contract's "first good run after the fault" for short intervals
 
 
 @dataclass

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed.faults import BedSettings, FaultBed, fault_api_kill, fault_proxy_stall
-from testbed.verdict import RECOVERY_LIMIT, Outcome, evaluate
+from testbed.faults import RECOVERY_LIMIT, BedSettings, FaultBed, fault_api_kill, fault_proxy_stall
+from testbed.verdict import Outcome, evaluate
 
 SILENT_STREAM_LIMIT = 30.0  # seconds: a silent watch stream is replaced within this (contract)
 SHORT = BedSettings(checks=4, interval="6s", timeout="20s", delays=(0.5, 1.0), log_level=logging.INFO)

@@ -2,8 +2,9 @@
 
 The contract tests are black-box: they and every test bed module they use (directly or through other
 test bed modules), and the pytest plugin that is loaded for them, import nothing of `kuberhealthy`.
-Within the test bed only testbed/inprocess.py may import the product. Tests import the test bed, never
-each other or a conftest.
+Within the test bed only testbed/inprocess.py (the in-process daemon) and testbed/fakes/ (in-memory fakes
+of the product's seams, for unit tests) may import the product. Tests import the test bed, never each
+other or a conftest.
 """
 from __future__ import annotations
 
