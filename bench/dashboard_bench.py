@@ -25,7 +25,7 @@ from typing import Any
 import requests
 
 from bench.web_bench import StaticStore, StubServices
-from kuberhealthy.records.history import format_time
+from kuberhealthy.base.times import format_time
 from kuberhealthy.web import create_app
 from testbed import browser
 from testbed.inprocess import serve

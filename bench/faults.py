@@ -1,5 +1,5 @@
 """`make faults`: the fault scenarios of issue 9 against the real test bed, with the invariants of
-CONTRACT.md section 10 checked from the outside. Prints one table; exits non-zero unless every
+docs/interface.md#under-faults checked from the outside. Prints one table; exits non-zero unless every
 scenario passed (see Verdicts below).
 
 Each scenario gets a fresh API server + etcd, the simulated kubelet (in this process, talking to the

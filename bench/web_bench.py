@@ -42,7 +42,7 @@ import kuberhealthy.base.config
 from kuberhealthy.daemon.server import HTTP_THREADS
 from kuberhealthy.daemon.services import Services
 from kuberhealthy.kube import Kube, Notifier
-from kuberhealthy.outputs.runstats import RunStats
+from kuberhealthy.outputs.runstats import SchedulingMetrics
 from kuberhealthy.records.history import RunRecord, apply_run
 from kuberhealthy.web import create_app
 from testbed.builders import checker_pod, khs, khstate, pods_path
@@ -103,7 +103,7 @@ class StubServices:
         self.khjobs = StaticStore([])
         self.pods = StaticStore([])
         self.notifier = Notifier()
-        self.stats = RunStats()
+        self.stats = SchedulingMetrics()
         self.resources = None
 
     def current_master(self) -> str:

@@ -24,7 +24,7 @@ from kuberhealthy.kube import Obj
 from kuberhealthy.kube.protocols import Api, Cache
 from kuberhealthy.outputs.events import ObjectRef
 from kuberhealthy.outputs.heldreports import Held
-from kuberhealthy.outputs.runstats import RunStats
+from kuberhealthy.outputs.runstats import SchedulingMetrics
 
 CacheState = tuple[str, bool, float]  # (cache, current, seconds not current)
 
@@ -101,7 +101,7 @@ class RunNeeds(Basics, Protocol):
     def held(self) -> HeldView: ...
 
     @property
-    def stats(self) -> RunStats: ...
+    def stats(self) -> SchedulingMetrics: ...
 
     # checker pod uids already reported stuck Terminating
     @property
@@ -136,7 +136,7 @@ class WebNeeds(Basics, Catalog, Protocol):
     def notifier(self) -> Notifier: ...
 
     @property
-    def stats(self) -> RunStats: ...
+    def stats(self) -> SchedulingMetrics: ...
 
     @property
     def held(self) -> HeldWriter: ...

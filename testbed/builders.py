@@ -1,7 +1,7 @@
 """Bodies of the objects tests and benchmarks create, and the API paths they live at.
 
-Written from the contract (CONTRACT.md sections 3 and 4), not from the product: nothing here imports
-`kuberhealthy`, so black-box tests can use it. Pure functions that return dicts; creating the objects
+Written from the interface (docs/interface.md#custom-resources, #checker-pods), not from the product: nothing here
+imports `kuberhealthy`, so black-box tests can use it. Pure functions that return dicts; creating the objects
 through the API is testbed/objects.py. The contract's label and annotation names live here once.
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 GROUP = "comcast.github.io"
 API_VERSION = f"{GROUP}/v1"
-# CONTRACT.md section 4: what every checker pod carries.
+# docs/interface.md#checker-environment: what every checker pod carries.
 APP_LABEL = "app"
 CHECKER_APP = "kuberhealthy-check"
 APP_SELECTOR = f"{APP_LABEL}={CHECKER_APP}"
@@ -21,7 +21,7 @@ CHECK_LABEL = "kuberhealthy-check-name"
 RUN_ID_LABEL = "kuberhealthy-run-id"
 CHECK_NAME_ANNOTATION = f"{GROUP}/check-name"
 RUN_UUID_ENV = "KH_RUN_UUID"
-TOKEN_FILE_ENV = "KH_REPORT_TOKEN_FILE"  # CONTRACT.md section 11: the pod's report token (a file path)
+TOKEN_FILE_ENV = "KH_REPORT_TOKEN_FILE"  # docs/interface.md#report-token: the pod's report token (a file path)
 SAME_AS_RUN = "same"  # checker_pod(env_uuid=...): KH_RUN_UUID is the run's uuid
 
 NAMESPACES = "/api/v1/namespaces"

@@ -1,5 +1,5 @@
 """A fault bed: the real test bed, the simulated kubelet, the daemon as real processes, observers, and
-the faults of issue 9 (CONTRACT.md section 10), each measured from the outside.
+the faults of issue 9 (docs/interface.md#under-faults), each measured from the outside.
 
 Used by bench/faults.py (`make faults`, the full scenarios) and tests/integration/test_faults.py (short
 regression versions); verdict.evaluate(bed, ...) turns what the bed observed into an Outcome. Every

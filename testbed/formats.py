@@ -1,5 +1,5 @@
-"""Readers of what the product writes, written from the contract (CONTRACT.md sections 5, 6 and 8), not
-from the product: Prometheus text (and promtool's verdict on it), Go durations, RFC 3339 timestamps and
+"""Readers of what the product writes, written from the interface (docs/interface.md#runs, #http-endpoints,
+#influxdb), not from the product: Prometheus text (and promtool's verdict on it), Go durations, RFC 3339 timestamps and
 InfluxDB line protocol. Nothing here imports `kuberhealthy`, so black-box tests can use it.
 """
 from __future__ import annotations

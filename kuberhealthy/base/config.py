@@ -63,21 +63,17 @@ class Config:
     prom_metrics: PromMetrics = field(default_factory=PromMetrics)
     pod_name: str = ""  # this replica's identity (POD_NAME, default hostname)
     pod_namespace: str = "kuberhealthy"  # POD_NAMESPACE
-    # Report authenticity (CONTRACT section 11)
+    # Report authenticity (docs/interface.md#report-authenticity)
     report_source_check: str = "warn"  # warn | enforce | off: header-path reports from elsewhere than the pod/node
     report_auth: str = "token-or-uuid"  # token-or-uuid | token (a projected ServiceAccount token is required)
     report_rate_limit: float = 20.0  # reports per second per source address (sustained)
     report_rate_burst: int = 200  # reports per source address in a burst
-    # History, run now, dashboard (CONTRACT section 12)
+    # History, run now, dashboard (docs/interface.md#history-and-counters)
     history_length: int = 24  # runs kept in each khstate's history (0 = off)
     capture_logs: bool = True  # keep the log tail of failed runs in their history entry
     expose_logs: bool = False  # show those log tails on the unauthenticated JSON API and dashboard
     enable_run_api: bool = True  # POST /api/checks/<ns>/<name>/run
     dashboard_at_root: bool = False  # browsers asking for HTML at / get the dashboard
-
-    @property
-    def listen_address(self) -> str:
-        return f"{self.listen_host}:{self.listen_port}"
 
 
 _KNOWN_KEYS = {

@@ -107,7 +107,3 @@ class Notifier:
             targets = list(self._waiters)
         for w in targets:
             w.wake()
-
-    def subscriber_count(self) -> int:
-        with self._lock:
-            return len(self._waiters)

@@ -18,7 +18,6 @@ the check is new) runs at once too.
 """
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import queue
 import threading
@@ -28,6 +27,7 @@ from collections.abc import Callable
 
 from kuberhealthy.base.errors import ApiError
 from kuberhealthy.base.threads import BackgroundThread
+from kuberhealthy.base.times import parse_time
 from kuberhealthy.control.workers import CheckWorker, JobWorker, RunnerFactory
 from kuberhealthy.kube import KHJOBS, Obj, key_of
 from kuberhealthy.outputs.events import KIND_CHECK, ObjectRef
@@ -43,17 +43,6 @@ MAX_SPREAD = 30.0  # seconds: the widest window such a batch is spread over (nev
 RUN_NOW_EVENT = "run-now:"  # + "<ns>/<name>": the khcheck's run-now annotation was newly set
 
 
-def _unix(rfc3339: str | None) -> float | None:
-    if not rfc3339:
-        return None
-    try:
-        return dt.datetime.fromisoformat(rfc3339.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
-
-
-
-
 class Controller(BackgroundThread):
     """Starts and stops check workers, job workers and leader-only parts."""
 
@@ -61,7 +50,7 @@ class Controller(BackgroundThread):
                  runner: RunnerFactory = Runner, clock: Callable[[], float] = time.monotonic,
                  wall: Callable[[], float] = time.time) -> None:
         super().__init__("kh-controller")
-        self.s = services
+        self.services = services
         self._leader_parts_factory = leader_parts
         self._runner = runner
         self._clock = clock
@@ -101,7 +90,7 @@ class Controller(BackgroundThread):
         self._events.put("lead")
 
     def _start_leading(self) -> None:
-        self.s.wait_synced(30.0)  # outside the lock: a step-down must never wait for this
+        self.services.wait_synced(30.0)  # outside the lock: a step-down must never wait for this
         with self._lock:
             if self._leading or not self._want_lead or self._stop.is_set():
                 return
@@ -109,7 +98,7 @@ class Controller(BackgroundThread):
             logger.info("Leading: starting checks")
             self._parts = self._leader_parts_factory()
             for part in self._parts:
-                part.supervised_by(self.s.deaths)
+                part.supervised_by(self.services.deaths)
                 part.start()
             self._reconcile_checks(continuity=True)
             self._recover_jobs()
@@ -158,7 +147,7 @@ class Controller(BackgroundThread):
             if self._leading:
                 self._parts = self._leader_parts_factory()
                 for part in self._parts:
-                    part.supervised_by(self.s.deaths)
+                    part.supervised_by(self.services.deaths)
                     part.start()
 
     # --- the loop ------------------------------------------------------------------------------------
@@ -168,7 +157,7 @@ class Controller(BackgroundThread):
         while True:
             timeout = None
             if dirty:
-                timeout = max(0.0, self._last_reconcile + self.s.config.check_change_debounce - self._clock())
+                timeout = max(0.0, self._last_reconcile + self.services.config.check_change_debounce - self._clock())
             try:
                 event = self._events.get(timeout=timeout)
             except queue.Empty:
@@ -186,7 +175,7 @@ class Controller(BackgroundThread):
                     with self._lock:
                         if self._leading:
                             self._reconcile_jobs()
-                due = self._last_reconcile + self.s.config.check_change_debounce
+                due = self._last_reconcile + self.services.config.check_change_debounce
                 if dirty and self._clock() >= due:
                     dirty = False
                     with self._lock:
@@ -205,7 +194,7 @@ class Controller(BackgroundThread):
         """
         self._last_reconcile = self._clock()
         self.reconciles += 1
-        desired = {key_of(o): self._spec(o) for o in self.s.khchecks.list()}
+        desired = {key_of(o): self._spec(o) for o in self.services.khchecks.list()}
         self._specs = {k: v for k, v in self._specs.items() if k in desired}
         # Stopped workers are not joined here (a step-down must never wait behind a slow pod removal):
         # a restarted check's new run waits in CLEAR for the old run's pod to go anyway.
@@ -219,8 +208,8 @@ class Controller(BackgroundThread):
         new = [spec for key, spec in desired.items() if key not in self.workers]
         dues = self._first_dues(new, continuity)
         for spec in new:
-            worker = CheckWorker(self.s, spec, self._runner, self._clock, first_due=dues[spec.key])
-            if runnow.requested(self.s.khchecks.get(spec.namespace, spec.name)) is not None:
+            worker = CheckWorker(self.services, spec, self._runner, self._clock, first_due=dues[spec.key])
+            if runnow.requested(self.services.khchecks.get(spec.namespace, spec.name)) is not None:
                 worker.run_now()  # asked for while nobody led, or with the check (no second Event)
             self.workers[spec.key] = worker
             worker.start()
@@ -234,14 +223,14 @@ class Controller(BackgroundThread):
         if worker is None:
             return  # not leading (the next leader finds it), or a new check (its reconcile runs it)
         ns, name = worker.spec.namespace, worker.spec.name
-        value = runnow.requested(self.s.khchecks.get(ns, name))
+        value = runnow.requested(self.services.khchecks.get(ns, name))
         if value is None:
             return  # removed since: the run it asked for has started
         if not runnow.by_api(value):
-            self.s.events.run_requested(ObjectRef(KIND_CHECK, ns, name, worker.spec.uid), "annotation")
+            self.services.events.run_requested(ObjectRef(KIND_CHECK, ns, name, worker.spec.uid), "annotation")
         if not worker.run_now():
             logger.info("Check %s: a run was requested while one is in flight; dropped", key)
-            runnow.clear(self.s.resources, ns, name)
+            runnow.clear(self.services.resources, ns, name)
 
     def _first_dues(self, specs: list[CheckSpec], continuity: bool) -> dict[str, float]:
         now, wall = self._clock(), self._wall()
@@ -250,8 +239,8 @@ class Controller(BackgroundThread):
         for spec in specs:
             last = None
             if continuity:
-                state = self.s.khstates.get(spec.namespace, spec.name)
-                last = _unix(khstate.Spec.of(state).last_run) if state is not None else None
+                state = self.services.khstates.get(spec.namespace, spec.name)
+                last = parse_time(khstate.Spec.of(state).last_run) if state is not None else None
             if last is not None and last + spec.run_interval > wall:
                 dues[spec.key] = now + min(spec.run_interval, last + spec.run_interval - wall)
             else:
@@ -266,17 +255,17 @@ class Controller(BackgroundThread):
 
     def _recover_jobs(self) -> None:
         """khjobs left Running by a previous leader: finished (its run reported) or reset to run again."""
-        for job in self.s.khjobs.list():
+        for job in self.services.khjobs.list():
             if str((job.get("spec") or {}).get("phase") or "") != "Running" or key_of(job) in self.jobs:
                 continue
             meta = job.get("metadata") or {}
             ns, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
-            state = self.s.khstates.get(ns, name)
+            state = self.services.khstates.get(ns, name)
             done = state is not None and bool(khstate.reported_uuid(state)) and \
                 khstate.reported_uuid(state) == khstate.Spec.of(state).uuid
             phase = "Completed" if done else ""
             try:
-                self.s.resources.merge_patch(KHJOBS, ns, name, {"spec": {"phase": phase}})
+                self.services.resources.merge_patch(KHJOBS, ns, name, {"spec": {"phase": phase}})
                 logger.info("Job %s/%s was left Running by a previous leader: %s", ns, name,
                             "its run had reported; marked Completed" if done else "reset to run again")
             except ApiError as e:
@@ -295,11 +284,11 @@ class Controller(BackgroundThread):
         for key, worker in list(self.jobs.items()):
             if not worker.is_alive():
                 del self.jobs[key]
-        for job in self.s.khjobs.list():
+        for job in self.services.khjobs.list():
             key = key_of(job)
             if key in self.jobs or str((job.get("spec") or {}).get("phase") or ""):
                 continue
-            worker = JobWorker(self.s, job, self._runner, self._clock)
+            worker = JobWorker(self.services, job, self._runner, self._clock)
             self.jobs[key] = worker
             worker.start()
             logger.info("Job %s started", key)

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from kuberhealthy.base.config import LeaderElection
 from kuberhealthy.base.errors import ApiError, Conflict, NotFound
 from kuberhealthy.base.threads import PeriodicThread
+from kuberhealthy.base.times import format_micro_time, utcnow
 from kuberhealthy.kube import LEASES, Obj, Resources
 
 logger = logging.getLogger(__name__)
@@ -67,17 +68,13 @@ def decide(record: Record | None, observed_at: float, now: float, identity: str,
     return Action.WAIT
 
 
-def micro_time(now: dt.datetime) -> str:
-    return now.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
 class LeaderElector(PeriodicThread):
     """One thread contending for the Lease; calls on_started / on_stopped on leadership changes."""
 
     def __init__(self, resources: Resources, namespace: str, identity: str, settings: LeaderElection,
                  on_started: Callable[[], None], on_stopped: Callable[[], None],
                  clock: Callable[[], float] = time.monotonic,
-                 wall: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.timezone.utc)) -> None:
+                 wall: Callable[[], dt.datetime] = utcnow) -> None:
         super().__init__("kh-leader-elector", settings.retry_period, tick_at_start=True)
         self._res = resources
         self._ns = namespace
@@ -171,7 +168,7 @@ class LeaderElector(PeriodicThread):
         return action
 
     def _write(self, action: Action, lease: Obj | None) -> Obj:
-        now = micro_time(self._wall())
+        now = format_micro_time(self._wall())
         duration = round(self._settings.lease_duration)
         if action is Action.CREATE or lease is None:
             return self._res.create(LEASES, self._ns, timeout=self._call_timeout, body={
@@ -213,7 +210,7 @@ class LeaderElector(PeriodicThread):
                 return
             lease["spec"]["holderIdentity"] = ""
             lease["spec"]["leaseDurationSeconds"] = 1
-            lease["spec"]["renewTime"] = micro_time(self._wall())
+            lease["spec"]["renewTime"] = format_micro_time(self._wall())
             self._res.replace(LEASES, self._ns, name, lease)
             with self._lock:
                 self._holder = ""

@@ -27,7 +27,6 @@ leads (the controller starts these parts only on the leader), or list anything f
 """
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import time
 from collections import defaultdict
@@ -37,6 +36,7 @@ from dataclasses import dataclass
 from kuberhealthy.base.config import Config
 from kuberhealthy.base.errors import ApiError, NotFound
 from kuberhealthy.base.threads import PeriodicThread
+from kuberhealthy.base.times import parse_time
 from kuberhealthy.kube import KHCHECKS, KHJOBS, KHSTATES, PODS, Obj, Resource, key_of
 from kuberhealthy.records.checkpod import CHECK_NAME_LABEL
 from kuberhealthy.seams import ReaperNeeds
@@ -81,22 +81,6 @@ class Limits:
                    max_error_pods=config.max_error_pod_count,
                    max_pod_age=config.max_check_pod_age,
                    max_khjob_age=config.max_khjob_age)
-
-
-def parse_time(value: object) -> float | None:
-    """Unix seconds of an RFC3339 timestamp as the API writes it; None when absent or unreadable."""
-    if not isinstance(value, str) or not value:
-        return None
-    text = value.strip()
-    if text.endswith(("Z", "z")):
-        text = text[:-1] + "+00:00"
-    try:
-        parsed = dt.datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=dt.timezone.utc)
-    return parsed.timestamp()
 
 
 def _created(obj: Obj) -> float | None:

@@ -31,7 +31,7 @@ class _Worker(BackgroundThread):
 
     def __init__(self, services: ControlNeeds, spec: CheckSpec, runner: RunnerFactory, name: str) -> None:
         super().__init__(name)
-        self.s = services
+        self.services = services
         self.supervised_by(services.deaths)
         self.spec = spec
         self._runner = runner
@@ -44,7 +44,7 @@ class _Worker(BackgroundThread):
             current.wake()  # its waits subscribe to its own topics only: wake it to see the stop
 
     def _run_once(self) -> RunResult | None:
-        runner = self._runner(self.s, self.spec, self._stop)
+        runner = self._runner(self.services, self.spec, self._stop)
         self._current = runner
         try:
             if self._stop.is_set():
@@ -104,10 +104,10 @@ class CheckWorker(_Worker):
             if requested:
                 self.requested_runs += 1
                 logger.info("Check %s: running now, as requested", self.spec.key)
-                if runnow.requested(self.s.khchecks.get(self.spec.namespace, self.spec.name)) is not None:
-                    runnow.clear(self.s.resources, self.spec.namespace, self.spec.name)
+                if runnow.requested(self.services.khchecks.get(self.spec.namespace, self.spec.name)) is not None:
+                    runnow.clear(self.services.resources, self.spec.namespace, self.spec.name)
             else:
-                self.s.stats.schedule_lag.observe(max(0.0, started - due))
+                self.services.stats.schedule_lag.observe(max(0.0, started - due))
             try:
                 self._run_once()
             except Exception as e:  # the run could not even record its failure: log, keep the schedule
@@ -124,8 +124,8 @@ class CheckWorker(_Worker):
 
     def _record_crash(self, e: Exception) -> None:
         try:
-            khstate.record_error(self.s.resources, self.spec.namespace, self.spec.name,
-                                 [f"Check execution error: {self.spec.key}: {e}"], self.s.config.pod_name,
+            khstate.record_error(self.services.resources, self.spec.namespace, self.spec.name,
+                                 [f"Check execution error: {self.spec.key}: {e}"], self.services.config.pod_name,
                                  workload=self.spec.workload)
         except Exception:  # this worker must outlive whatever went wrong; the next run tries again
             logger.exception("Check %s: could not record the crash in its khstate", self.spec.key)
@@ -148,7 +148,8 @@ class JobWorker(_Worker):
         delay = 0.2
         while True:
             try:
-                self.s.resources.merge_patch(KHJOBS, self.spec.namespace, self.spec.name, {"spec": {"phase": phase}})
+                self.services.resources.merge_patch(KHJOBS, self.spec.namespace, self.spec.name,
+                                                    {"spec": {"phase": phase}})
                 return
             except ApiError as e:
                 if not is_transient(e) or self._clock() + delay > deadline:

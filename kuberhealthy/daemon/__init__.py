@@ -1,2 +1,3 @@
-"""The process: the gunicorn application and its signals, the composition root that builds
-and wires every part, and live reload of the config file."""
+"""The process: the gunicorn application and its signals (server), the daemon inside the worker
+(runtime), the composition root that builds and wires every part (services), and live reload of the
+config file (configwatch notices a change, reconfigure applies it)."""

@@ -1,9 +1,10 @@
-"""The gunicorn application: one worker (gthread), the daemon's services started inside it.
+"""The gunicorn application: one worker (gthread), its hooks and the process's signals.
 
 Everything runs in one worker process so the caches, the controller and the HTTP handlers share
-memory. The services start after the fork (post_worker_init) and stop when the worker exits
-(worker_exit): stop runs and remove their pods, release the Lease, flush Influx. gunicorn's
-graceful timeout bounds it, inside the chart's 60 s termination grace period.
+memory. The hooks hand the daemon to the worker's Runtime (runtime.py): it starts after the fork
+(post_worker_init) and stops when the worker exits (worker_exit): stop runs and remove their pods,
+release the Lease, flush Influx. gunicorn's graceful timeout bounds it, inside the chart's 60 s
+termination grace period. What the daemon does between start and stop is not this module's.
 
 Signals: handlers only queue the signal (gunicorn's design); threads act on it. In the worker,
 SIGTERM or SIGINT goes to the kh-shutdown thread, which stops the services and then lets gunicorn
@@ -24,15 +25,13 @@ from typing import Any
 
 from gunicorn.app.base import BaseApplication
 
-from kuberhealthy.base.config import DEFAULT_CONFIG_PATH, Config
-from kuberhealthy.daemon.configwatch import ConfigWatcher
-from kuberhealthy.daemon.services import Services, build, needs_rebuild, needs_restart, reconfigure
-from kuberhealthy.kube import Kube
+from kuberhealthy.base.config import Config
+from kuberhealthy.daemon.runtime import Runtime
+from kuberhealthy.seams import WebNeeds
 from kuberhealthy.web import create_app
 
 logger = logging.getLogger(__name__)
 
-STOP_BUDGET = 45.0  # seconds for services.stop() inside the worker
 GRACEFUL_TIMEOUT = 55  # seconds the arbiter waits for the worker before SIGKILL
 HTTP_THREADS = 32  # report handling takes at most 24 (web.REPORT_SLOTS): the rest stay free for `/` and probes
 
@@ -61,93 +60,6 @@ def _bind(config: Config, dual_stack: bool | None = None) -> str:
     return f"{host}:{config.listen_port}"
 
 
-class Runtime:
-    """The worker's daemon: the current services, rebuilt when the config file changes."""
-
-    def __init__(self, app: KuberhealthyApplication) -> None:
-        self.app = app
-        self.config = app.config
-        self.services: Services | None = None
-        self.watcher: ConfigWatcher | None = None
-        self._lock = threading.Lock()
-
-    def start(self) -> None:
-        self._start_services(self.config, swap_after_sync=False)
-        path = self.app.config_path or DEFAULT_CONFIG_PATH
-        if os.path.exists(path):
-            self.watcher = ConfigWatcher(path, self.config, self.reload)
-            if self.services is not None:
-                self.watcher.supervised_by(self.services.deaths)  # a dead watcher stops the process too
-            self.watcher.start()
-
-    def _start_services(self, config: Config, swap_after_sync: bool) -> None:
-        """Build and start services. At start-up the web app serves at once (/readyz tells when caches
-        are synced); on a reload the previous app keeps answering until the new caches are synced."""
-        services = build(config, Kube.connect(self.app.kubeconfig))
-        services.on_fatal = self._fatal
-        if self.watcher is not None:
-            self.watcher.supervised_by(services.deaths)
-        self.services = services
-        if not swap_after_sync:
-            self.app.flask_holder.init(services)
-        services.start()
-        if swap_after_sync:
-            services.wait_synced(30.0)
-            self.app.flask_holder.init(services)
-
-    @staticmethod
-    def _fatal() -> None:
-        logger.error("A core thread died; stopping the process")
-        os.kill(os.getppid(), signal.SIGTERM)
-
-    def reload(self, config: Config) -> None:
-        """Apply a changed config file.
-
-        Every key applies live except listenAddress and leaderElection.* (logged as needing a
-        restart, kept at their running values): checks keep running, the Lease is kept, and only the
-        parts a changed key feeds are replaced (services.reconfigure). A change of targetNamespace
-        means other caches: the services are rebuilt (checks restart, the Lease is handed over).
-        """
-        with self._lock:
-            config, restart = needs_restart(self.config, config)
-            for name in restart:
-                logger.warning("Config key %s changed; it takes effect after a restart (not applied)", name)
-            if config == self.config:
-                return
-            logging.getLogger().setLevel(config.log_level.upper())
-            if self.services is not None and not needs_rebuild(self.config, config):
-                restarted = reconfigure(self.services, config)
-                self.config = config
-                logger.info("Applied the new config live (restarted: %s)", ", ".join(restarted) or "nothing")
-                return
-            logger.info("targetNamespace changed: rebuilding the caches and restarting the checks")
-            self._stop_services()
-            self.config = config
-            try:
-                self._start_services(config, swap_after_sync=True)
-            except Exception:  # no half-alive daemon: without services the process must stop
-                logger.exception("Could not start on the new config; stopping the process")
-                os.kill(os.getppid(), signal.SIGTERM)
-
-    def _stop_services(self) -> None:
-        services, self.services = self.services, None
-        if services is not None:
-            services.stop(STOP_BUDGET)
-            services.kube.close()
-
-    def stop(self) -> None:
-        """Idempotent: the worker's SIGTERM handler and worker_exit both call it."""
-        if self.watcher is not None:
-            self.watcher.stop()
-            self.watcher.join(5)
-        with self._lock:
-            if self.services is None:
-                return
-            logger.info("Stopping services")
-            self._stop_services()
-            logger.info("Services stopped")
-
-
 _runtime: Runtime | None = None
 
 
@@ -160,7 +72,8 @@ def _post_worker_init(worker: Any) -> None:
     stops the services first and then lets gunicorn wind down.
     """
     global _runtime
-    runtime = _runtime = Runtime(worker.app)
+    app = worker.app
+    runtime = _runtime = Runtime(app.config, app.kubeconfig, app.config_path, app.flask_holder.init)
     runtime.start()
     gunicorn_exit = worker.handle_exit
     signals: queue.SimpleQueue[int] = queue.SimpleQueue()  # put() is safe in a signal handler
@@ -227,7 +140,7 @@ class _FlaskHolder:
     def __init__(self) -> None:
         self.app: Any = None
 
-    def init(self, services: Services) -> None:
+    def init(self, services: WebNeeds) -> None:
         self.app = create_app(services)
 
     def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:

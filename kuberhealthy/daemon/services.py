@@ -1,4 +1,5 @@
-"""Builds every long-lived part of the daemon and owns their start() and stop(deadline).
+"""The composition root: builds every long-lived part of the daemon and owns their start() and
+stop(deadline). Replacing parts on a config reload is reconfigure.py's; nothing but daemon/ imports this.
 
 Caches (reflectors) run on every replica: every replica serves `/` and accepts reports. The leader
 elector runs on every replica; the controller starts check workers and reapers only while this
@@ -7,7 +8,6 @@ release the Lease → flush Influx → stop caches.
 """
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
 import time
@@ -24,7 +24,7 @@ from kuberhealthy.kube import KHCHECKS, KHJOBS, KHSTATES, PODS, Kube, Obj, Refle
 from kuberhealthy.outputs.events import EventRecorder
 from kuberhealthy.outputs.heldreports import HeldReports
 from kuberhealthy.outputs.influx import InfluxForwarder
-from kuberhealthy.outputs.runstats import RunStats
+from kuberhealthy.outputs.runstats import SchedulingMetrics
 from kuberhealthy.outputs.schemacheck import SchemaCheck
 from kuberhealthy.records.checkpod import (
     CHECK_POD_SELECTOR,
@@ -68,7 +68,7 @@ class Services:
         self.on_fatal: Callable[[], None] | None = None  # called once when that happens
         self.influx: InfluxForwarder | None = None  # when enableInflux is on
         self.influx_dropped_before = 0  # points dropped by forwarders replaced since start (reconfigure)
-        self.stats = RunStats()
+        self.stats = SchedulingMetrics()
         self.held = HeldReports(self.resources, lambda: self.config.pod_name)
         self.events = EventRecorder(self.resources, config.pod_name)  # every replica: reports are refused anywhere
         self.stuck_terminating: set[str] = set()  # checker pods already reported as stuck Terminating
@@ -244,32 +244,6 @@ class Services:
             logger.warning("Threads still running after stop: %s", ", ".join(alive))
 
 
-INFLUX_KEYS = ("enable_influx", "influx_url", "influx_username", "influx_password", "influx_db")
-REAPER_KEYS = ("max_khjob_age", "max_check_pod_age", "max_completed_pod_count", "max_error_pod_count",
-               "state_reaper_interval", "check_reaper_run_interval")
-RESTART_KEYS = {"listen_host": "listenAddress", "listen_port": "listenAddress",
-                "leader_election": "leaderElection"}  # applied only by a restart of the process
-REBUILD_KEYS = ("target_namespace", "pod_name", "pod_namespace")  # the caches themselves change
-CHECK_KEYS = ("external_check_reporting_url",)  # what every checker pod carries: its checks restart
-
-
-def _changed(old: Config, new: Config, keys: tuple[str, ...]) -> bool:
-    return any(getattr(old, k) != getattr(new, k) for k in keys)
-
-
-def needs_restart(old: Config, new: Config) -> tuple[Config, list[str]]:
-    """`new` with the settings that only a restart applies kept at their running values, and their names."""
-    names = sorted({name for attr, name in RESTART_KEYS.items() if getattr(old, attr) != getattr(new, attr)})
-    kept = dataclasses.replace(new, listen_host=old.listen_host, listen_port=old.listen_port,
-                               leader_election=old.leader_election)
-    return kept, names
-
-
-def needs_rebuild(old: Config, new: Config) -> bool:
-    """Whether the caches must be rebuilt (services stopped and started again) to apply `new`."""
-    return _changed(old, new, REBUILD_KEYS)
-
-
 def build(config: Config, kube: Kube) -> Services:
     """Wire the whole daemon: caches, elector (or forced leader), controller, leader-only parts, Influx."""
     services = Services(config, kube)
@@ -298,37 +272,3 @@ def make_elector(controller: Controller, services: Services, config: Config) -> 
     kind = ForcedLeader if config.enable_force_master else LeaderElector
     return kind(services.resources, config.pod_namespace, config.pod_name, config.leader_election,
                 controller.became_leader, controller.lost_leadership)
-
-
-def reconfigure(services: Services, new: Config) -> list[str]:
-    """Apply a changed config to running services, in place; returns what was restarted.
-
-    The Lease is kept. Only the parts a changed key feeds are replaced: the checks (the reporting URL
-    every checker pod carries), the Influx forwarder, the reapers, the elector (enableForceMaster).
-    Callers handle needs_restart/needs_rebuild first.
-    """
-    old = services.config
-    services.config = new
-    restarted: list[str] = []
-    if _changed(old, new, INFLUX_KEYS):
-        old_influx = services.influx
-        services.influx = InfluxForwarder(new) if new.enable_influx else None
-        if old_influx is not None:
-            services.replace_part(old_influx, services.influx)
-            services.influx_dropped_before += old_influx.dropped_points()  # joined: its count is final
-        elif services.influx is not None:
-            services.insert_part(services.influx)
-        restarted.append("influx")
-    if _changed(old, new, CHECK_KEYS) and services.controller is not None:
-        services.controller.restart_checks()  # running pods carry the old value: replace them
-        restarted.append("checks")
-    if _changed(old, new, REAPER_KEYS) and services.controller is not None:
-        services.controller.restart_leader_parts()
-        restarted.append("reapers")
-    if old.enable_force_master != new.enable_force_master and services.controller is not None \
-            and services.elector is not None:
-        old_elector = services.elector
-        services.elector = make_elector(services.controller, services, new)
-        services.replace_part(old_elector, services.elector)  # the old one stops its checks, releases the Lease
-        restarted.append("elector")
-    return restarted

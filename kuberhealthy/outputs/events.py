@@ -1,6 +1,6 @@
 """Kubernetes Events on khchecks and khjobs, so `kubectl describe khcheck` tells what happened.
 
-Reasons (CONTRACT section 12):
+Reasons (docs/interface.md#events):
   CheckFailed        Warning  a run failed or reported failure; the message is the first error
   CheckRecovered     Normal   the first OK run after failures
   CheckRunRequested  Normal   someone asked for a run now (annotation or HTTP)
@@ -31,6 +31,7 @@ from typing import Any, Protocol
 
 from kuberhealthy.base.errors import ApiError, Conflict, NotFound, is_transient
 from kuberhealthy.base.threads import BackgroundThread
+from kuberhealthy.base.times import format_time
 from kuberhealthy.kube import KHCHECKS
 
 logger = logging.getLogger(__name__)
@@ -113,10 +114,6 @@ class _Sent:
     name: str
     count: int
     last_mono: float
-
-
-def timestamp(unix: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(unix)))
 
 
 def event_body(ref: ObjectRef, name: str, type_: str, reason: str, message: str, first: str, last: str,
@@ -267,7 +264,7 @@ class EventRecorder(BackgroundThread):
     def _deliver(self, item: _Pending, attempts: int) -> None:
         """Count onto the Event sent for the same thing within the window, else create one."""
         seen = self._sent.get(item.key)
-        last = timestamp(item.wall)
+        last = format_time(item.wall)
         if seen is not None and item.mono - seen.last_mono <= self.window:
             try:
                 self._call(attempts, lambda: self._api.patch_event(

@@ -19,7 +19,9 @@ SKIP_REASONS = (SKIP_API, SKIP_POD_DELETED)
 LAG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 
 
-class RunStats:
+class SchedulingMetrics:
+    """The families above; the controller's workers observe the lag, a run counts its skip."""
+
     def __init__(self) -> None:
         self.skipped = Counter("kuberhealthy_runs_skipped", "Check runs skipped instead of recorded, by reason",
                                ["reason"], registry=None)
@@ -31,9 +33,6 @@ class RunStats:
 
     def skip(self, reason: str) -> None:
         self.skipped.labels(reason).inc()
-
-    def skipped_count(self, reason: str) -> float:
-        return float(self.skipped.labels(reason)._value.get())
 
     def collectors(self) -> list[Collector]:
         return [self.skipped, self.schedule_lag]

@@ -6,17 +6,24 @@ With an older chart's CRD the API server silently prunes the fields this version
 and raised as an Event on this replica's pod, naming the command that updates the CRDs (README,
 "Upgrading"). A one-off thread: an API server that is away only delays it (a few tries, then it gives
 up quietly: the next start tells).
+
+The probe (probe_body, pruned_fields) is pure and needs no RBAC beyond creating khstates: the dry-run
+answer is the object as it would be stored, pruned. Reading the CRD object instead would need `get`
+on CRDs. What the fields are and how they are written is records/history.py's.
 """
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
+from typing import Any
 
 from kuberhealthy.base.errors import ApiError, is_transient
 from kuberhealthy.base.threads import BackgroundThread
+from kuberhealthy.base.times import format_time
 from kuberhealthy.kube import KHSTATES, PODS, Api
 from kuberhealthy.outputs.events import WARNING, EventRecorder, ObjectRef
-from kuberhealthy.records.history import probe_body, pruned_fields
+from kuberhealthy.records.history import ADDED_KEYS, ENTRY_KEYS, RunRecord, new_entry
 
 logger = logging.getLogger(__name__)
 
@@ -26,6 +33,29 @@ TIMEOUT = 5.0
 UPGRADE_HINT = ("update the CRDs: helm show crds <repo>/kuberhealthy --version <chart version> | "
                 "kubectl apply --server-side --force-conflicts -f -")
 REASON = "OutdatedCRD"
+PROBE_NAME_PREFIX = "kuberhealthy-schema-probe-"
+
+
+def probe_body(api_version: str, namespace: str, now: float) -> dict[str, Any]:
+    """A khstate (api_version: KHSTATES.api_version) with every added field set, for a dry-run create;
+    generateName, so it never clashes with a real khstate."""
+    record = RunRecord.failed("probe", now, 1.0, "node", "pod", "probe", ["probe"], logs="probe")
+    spec: dict[str, Any] = {"OK": True, "Errors": [], "RunDuration": "", "Namespace": namespace, "Node": "",
+                            "AuthoritativePod": "", "uuid": "", "consecutiveFailures": 1, "successCount": 1,
+                            "failureCount": 1, "lastOK": format_time(now), "lastFailure": format_time(now),
+                            "history": [new_entry(record, capture_logs=True)]}
+    return {"apiVersion": api_version, "kind": "KuberhealthyState",
+            "metadata": {"generateName": PROBE_NAME_PREFIX, "namespace": namespace}, "spec": spec}
+
+
+def pruned_fields(answer: Mapping[str, Any]) -> list[str]:
+    """The added fields missing from the API server's answer to probe_body(). [] = the CRD keeps them all."""
+    spec = answer.get("spec") or {}
+    missing = [k for k in ADDED_KEYS if k not in spec]
+    history = spec.get("history")
+    if isinstance(history, list) and history and isinstance(history[0], Mapping):
+        missing += [f"history[].{k}" for k in ENTRY_KEYS if k not in history[0]]
+    return missing
 
 
 class SchemaCheck(BackgroundThread):

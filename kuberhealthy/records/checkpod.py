@@ -1,4 +1,4 @@
-"""The checker pod for one run, built exactly as CONTRACT section 4 says (pure; no API access).
+"""The checker pod for one run, built exactly as docs/interface.md#checker-pods says (pure; no API access).
 
 Existing checker images rely on these names: the env vars they read, the labels Kuberhealthy finds
 them by, the annotation the report handler verifies.
@@ -27,7 +27,7 @@ CHECK_NAME_ANNOTATION = "comcast.github.io/check-name"
 RUN_KEY_ANNOTATION = "kuberhealthy.comcast.github.io/run-key"
 KH_POD_NAMESPACE = "KH_POD_NAMESPACE"  # the env names checkers read are checkclient's (it is standalone)
 INJECTED_ENV = (KH_REPORTING_URL, KH_RUN_UUID, KH_CHECK_RUN_DEADLINE, KH_POD_NAMESPACE, KH_REPORT_TOKEN_FILE)
-# The report token (CONTRACT section 11): a projected ServiceAccount token only Kuberhealthy accepts
+# The report token (docs/interface.md#report-token): a projected ServiceAccount token only Kuberhealthy accepts
 # (audience), valid 10 minutes (the API server's minimum) and rotated by the kubelet, mounted read-only in
 # every container. A projected volume works whatever automountServiceAccountToken says, and a token of
 # this audience is useless against the API server.
@@ -104,15 +104,6 @@ def build_pod(check: CheckSpec, run_uuid: str, unix_now: float, reporting_url: s
     if owner is not None:
         meta["ownerReferences"] = [owner]
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
-
-
-def pod_env_value(pod: dict[str, Any], name: str) -> str | None:
-    """A literal env value from the pod's containers (first match)."""
-    for container in (pod.get("spec") or {}).get("containers") or []:
-        for e in container.get("env") or []:
-            if e.get("name") == name and "value" in e:
-                return str(e["value"])
-    return None
 
 
 def _pick(src: Any, keys: tuple[str, ...]) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """A check's run history and counters, kept in its khstate: the write side, the read side, the size rules.
 
-v2 keeps only the latest result. We add to the khstate `spec` (CONTRACT section 12):
+v2 keeps only the latest result. We add to the khstate `spec` (docs/interface.md#history-and-counters):
   consecutiveFailures, successCount, failureCount   integers
   lastOK, lastFailure                               RFC3339 UTC, whole seconds (absent until the first one)
   history                                           newest first, at most historyLength entries:
@@ -22,11 +22,11 @@ BUDGET_BYTES: older entries lose error text first, then logs (oldest first), the
 (oldest first). The current result's own fields (OK, Errors, ...) are never touched here.
 
 Pure functions on plain dicts: no I/O, no clock (callers pass `now`, unix seconds), no kube imports.
-Reading the pod log, writing the khstate and serving the API are the callers' business.
+Reading the pod log, writing the khstate and serving the API are the callers' business; whether the
+installed khstate CRD keeps these keys is outputs/schemacheck.py's.
 """
 from __future__ import annotations
 
-import datetime as dt
 import json
 import math
 import re
@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kuberhealthy.base.durations import format_duration, parse_duration
+from kuberhealthy.base.times import format_time, parse_time
 
 HISTORY_LENGTH = 24  # default of the config key historyLength; 0 turns the history off
 ERROR_CHARS = 512  # characters kept of each error in an entry
@@ -93,26 +94,6 @@ class RunRecord:
     @property
     def judged(self) -> bool:
         return self.outcome != SKIPPED
-
-
-# --- time -------------------------------------------------------------------------------------------------
-
-def format_time(unix: float) -> str:
-    """metav1.Time's wire form: RFC3339, UTC, whole seconds."""
-    return dt.datetime.fromtimestamp(int(unix), dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_time(text: Any) -> float | None:
-    """Unix seconds of an RFC3339 timestamp; None for anything else (a hand-edited khstate must not crash us)."""
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        when = dt.datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
-    except ValueError:
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=dt.timezone.utc)
-    return when.timestamp()
 
 
 # --- text ---------------------------------------------------------------------------------------------------
@@ -198,7 +179,8 @@ def _clean(entry: Any, capture_logs: bool) -> dict[str, Any] | None:
     return out
 
 
-def _entry(record: RunRecord, capture_logs: bool) -> dict[str, Any]:
+def new_entry(record: RunRecord, capture_logs: bool) -> dict[str, Any]:
+    """The history entry apply_run writes for `record` (log tail only for a failure, when captured)."""
     entry: dict[str, Any] = {
         "uuid": record.uuid, "start": format_time(record.start),
         "duration": format_duration(round(max(0.0, record.duration), 3)),
@@ -235,7 +217,7 @@ def apply_run(spec: Mapping[str, Any], record: RunRecord, history_length: int, n
             keys["failureCount"] += 1
             keys["consecutiveFailures"] += 1
             keys["lastFailure"] = format_time(now)
-        history.insert(0, _entry(record, capture_logs))
+        history.insert(0, new_entry(record, capture_logs))
     history = history[:length]
     with_logs = 0
     for entry in history:
@@ -291,7 +273,7 @@ def _fit(keys: dict[str, Any], budget: int) -> None:
 # --- the read side ---------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class Stats:
+class HistoryStats:
     """What the JSON API says about a check beside its last result. Fractions in [0, 1]; seconds."""
 
     consecutive_failures: int
@@ -303,13 +285,6 @@ class Stats:
     uptime_24h: float | None  # the same over the last 24 h; None until the history reaches back 24 h
     duration_p50: float | None
     duration_p95: float | None
-
-    def as_json(self) -> dict[str, Any]:
-        """Under the JSON API's key names (CONTRACT section 12)."""
-        return {"consecutiveFailures": self.consecutive_failures, "successCount": self.success_count,
-                "failureCount": self.failure_count, "lastOK": self.last_ok, "lastFailure": self.last_failure,
-                "uptime": self.uptime, "uptime24h": self.uptime_24h,
-                "durationP50": self.duration_p50, "durationP95": self.duration_p95}
 
 
 def entries(spec: Mapping[str, Any], expose_logs: bool = False) -> list[dict[str, Any]]:
@@ -334,7 +309,7 @@ def _uptime(judged: Sequence[Mapping[str, Any]]) -> float | None:
     return sum(1 for e in judged if e["OK"] is True) / len(judged) if judged else None
 
 
-def stats(spec: Mapping[str, Any], now: float) -> Stats:
+def stats(spec: Mapping[str, Any], now: float) -> HistoryStats:
     kept = entries(spec)
     judged = [e for e in kept if e["outcome"] != SKIPPED and isinstance(e["OK"], bool)]
     starts = [t for t in (parse_time(e["start"]) for e in kept) if t is not None]
@@ -347,64 +322,10 @@ def stats(spec: Mapping[str, Any], now: float) -> Stats:
         except ValueError:
             continue
     last_ok, last_failure = spec.get("lastOK"), spec.get("lastFailure")
-    return Stats(
+    return HistoryStats(
         consecutive_failures=_int(spec.get("consecutiveFailures")), success_count=_int(spec.get("successCount")),
         failure_count=_int(spec.get("failureCount")),
         last_ok=last_ok if parse_time(last_ok) is not None else None,
         last_failure=last_failure if parse_time(last_failure) is not None else None,
         uptime=_uptime(judged), uptime_24h=_uptime(recent) if covered else None,
         duration_p50=percentile(durations, 50), duration_p95=percentile(durations, 95))
-
-
-# --- the installed CRD ---------------------------------------------------------------------------------------
-# Helm never upgrades `crds/`, so a chart upgrade leaves the old khstate CRD, whose schema makes the API
-# server prune the added keys silently. At start the daemon can tell, with the RBAC it already has:
-# create probe_body() with `?dryRun=All` (nothing is stored; the answer is the object as it would be
-# stored, pruned) and pass the answer to pruned_fields(). Or, with `get` on CRDs, missing_state_fields().
-
-PROBE_NAME_PREFIX = "kuberhealthy-schema-probe-"
-
-
-def probe_body(api_version: str, namespace: str, now: float) -> dict[str, Any]:
-    """A khstate (api_version: KHSTATES.api_version) with every added field set, for a dry-run create;
-    generateName, so it never clashes with a real khstate."""
-    record = RunRecord.failed("probe", now, 1.0, "node", "pod", "probe", ["probe"], logs="probe")
-    spec: dict[str, Any] = {"OK": True, "Errors": [], "RunDuration": "", "Namespace": namespace, "Node": "",
-                            "AuthoritativePod": "", "uuid": "", "consecutiveFailures": 1, "successCount": 1,
-                            "failureCount": 1, "lastOK": format_time(now), "lastFailure": format_time(now),
-                            "history": [_entry(record, capture_logs=True)]}
-    return {"apiVersion": api_version, "kind": "KuberhealthyState",
-            "metadata": {"generateName": PROBE_NAME_PREFIX, "namespace": namespace}, "spec": spec}
-
-
-def pruned_fields(answer: Mapping[str, Any]) -> list[str]:
-    """The added fields missing from the API server's answer to probe_body(). [] = the CRD keeps them all."""
-    spec = answer.get("spec") or {}
-    missing = [k for k in ADDED_KEYS if k not in spec]
-    history = spec.get("history")
-    if isinstance(history, list) and history and isinstance(history[0], Mapping):
-        missing += [f"history[].{k}" for k in ENTRY_KEYS if k not in history[0]]
-    return missing
-
-
-def _missing(spec_schema: Any) -> list[str]:
-    if not isinstance(spec_schema, Mapping) or spec_schema.get("x-kubernetes-preserve-unknown-fields"):
-        return []
-    props = spec_schema.get("properties") or {}
-    missing = [k for k in ADDED_KEYS if k not in props]
-    items = ((props.get("history") or {}).get("items") or {}) if "history" in props else {}
-    if "history" in props and not items.get("x-kubernetes-preserve-unknown-fields"):
-        item_props = items.get("properties") or {}
-        missing += [f"history[].{k}" for k in ENTRY_KEYS if k not in item_props]
-    return missing
-
-
-def missing_state_fields(crd: Mapping[str, Any]) -> list[str]:
-    """Added khstate fields the API server would prune, read from the khstates CRD object (GET
-    /apis/apiextensions.k8s.io/v1/customresourcedefinitions/khstates.comcast.github.io: needs `get` on
-    that CRD; probe_body() needs no new RBAC). [] = all kept."""
-    for version in (crd.get("spec") or {}).get("versions") or []:
-        if version.get("name") == "v1":
-            schema = ((version.get("schema") or {}).get("openAPIV3Schema") or {})
-            return _missing((schema.get("properties") or {}).get("spec"))
-    return list(ADDED_KEYS)

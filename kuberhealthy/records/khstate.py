@@ -12,7 +12,7 @@ never lose each other's fields.
 report also stamps the annotation REPORTED_UUID with the run it was accepted for; the runner waits on
 that.
 
-Binding a run to its pod (CONTRACT section 11): the claim also names the pod the run will create
+Binding a run to its pod (docs/interface.md#report-authenticity): the claim also names the pod the run will create
 (RUN_POD) and the SHA-256 of a secret the pod carries in an annotation (RUN_KEY_SHA256), so every
 replica can tell that pod from a look-alike with the same labels and env: a pod name is unique in its
 namespace, and only the run knows the secret before its pod exists. The runner's last write
@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kuberhealthy.base.errors import KuberhealthyError
+from kuberhealthy.base.times import format_datetime, utcnow
 from kuberhealthy.kube import KHSTATES, Api, Obj
 from kuberhealthy.kube.client import READ_TIMEOUT
 from kuberhealthy.records.history import RunRecord, apply_run
@@ -92,15 +93,6 @@ class Spec:
             authoritative_pod=str(s.get("AuthoritativePod") or ""),
             uuid=str(s.get("uuid") or ""),
         )
-
-
-def rfc3339(now: dt.datetime) -> str:
-    """metav1.Time's wire form: UTC, whole seconds."""
-    return now.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def utcnow() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
 
 
 def _annotation(obj: Obj | None, key: str) -> str:
@@ -199,7 +191,7 @@ def record_report(res: Api, namespace: str, name: str, run_uuid: str, ok: bool, 
     A cached `hint` is used only when it already names this run: a cache lagging behind the run's
     claim must not turn a valid report into a StaleReport, so that case re-reads from the API.
     """
-    when = rfc3339(now or utcnow())
+    when = format_datetime(now or utcnow())
     if hint is not None and Spec.of(hint).uuid != run_uuid:
         hint = None
 
@@ -258,7 +250,7 @@ def record_error(res: Api, namespace: str, name: str, errors: list[str], pod_nam
     With `run_uuid`, nothing is written (None returned) unless the khstate still names that run: a
     stopped or late run must never overwrite its successor's result.
     """
-    when = rfc3339(now or utcnow())
+    when = format_datetime(now or utcnow())
 
     def change(obj: Obj) -> None:
         if run_uuid is not None and str(obj["spec"].get("uuid") or "") != run_uuid:

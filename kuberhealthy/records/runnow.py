@@ -20,9 +20,9 @@ from __future__ import annotations
 import logging
 
 from kuberhealthy.base.errors import ApiError, NotFound
+from kuberhealthy.base.times import format_time
 from kuberhealthy.kube import KHCHECKS, Obj
 from kuberhealthy.kube.protocols import Api
-from kuberhealthy.records.history import format_time
 
 logger = logging.getLogger(__name__)
 

@@ -1,12 +1,15 @@
 """What a run reads off its checker pod: the phase predicates, v2's failure reasons, the log tail.
 
-Pure functions on the pod as the cache keeps it (checkpod.slim_pod), plus one bounded read of the
-checker's log for a failed run's history entry. The state machine that uses them is runner.py.
+Pure functions on the pod as the cache keeps it (checkpod.slim_pod); RunPod, which of the cached pods
+is this run's and what its phases wait for; plus one bounded read of the checker's log for a failed
+run's history entry. Nothing here fails or skips a run, nor decides whether the cache is to be
+believed: that is guard.py's. The state machine that uses them is runner.py.
 """
 from __future__ import annotations
 
 from kuberhealthy.base.errors import ApiError
-from kuberhealthy.kube import Api, Obj
+from kuberhealthy.kube import Api, Cache, Obj
+from kuberhealthy.records.checkpod import RUN_ID_LABEL
 from kuberhealthy.records.history import LOG_LINES, log_unavailable
 
 POD_START_FAILURES = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName")
@@ -49,6 +52,65 @@ def pod_uid(pod: Obj) -> str:
 
 def pod_name_of(pod: Obj | None) -> str:
     return str(((pod or {}).get("metadata") or {}).get("name") or "")
+
+
+def node_of(pod: Obj | None) -> str:
+    """The node the pod was scheduled to ("" if none yet)."""
+    return str(((pod or {}).get("spec") or {}).get("nodeName") or "")
+
+
+def earlier(pods: list[Obj], run_uuid: str, stuck: set[str]) -> list[Obj]:
+    """The live pods among `pods` left by other runs than `run_uuid`, but for those known `stuck` Terminating."""
+    return [p for p in pods if live(p) and pod_uid(p) not in stuck
+            and (p["metadata"].get("labels") or {}).get(RUN_ID_LABEL) != run_uuid]
+
+
+class RunPod:
+    """One run's checker pod as the pod cache shows it: only the pod the run created counts (by name,
+    among the pods carrying its uuid: not a look-alike), and the last version seen is kept."""
+
+    def __init__(self, cache: Cache, run_uuid: str) -> None:
+        self.cache = cache
+        self.run_uuid = run_uuid
+        self.name = ""  # the pod this run claims, then creates
+        self.last: Obj | None = None  # its last version seen: in the cache, by a read, or as created
+        self._seen = False  # the cache has shown it to START
+
+    def of_run(self) -> list[Obj]:
+        return list(self.cache.by_index("uuid", self.run_uuid))
+
+    def current(self) -> Obj | None:
+        for pod in self.of_run():
+            if not self.name or pod_name_of(pod) == self.name:
+                return pod
+        return None
+
+    def start_state(self) -> str | None:
+        """START's wait: "started", "pull" (an image pull failure), "gone" (seen, then gone), or None."""
+        pod = self.current()
+        if pod is None:
+            return "gone" if self._seen else None  # not seen yet: the watch may simply be behind
+        self._seen = True
+        self.last = pod
+        if start_failure(pod):
+            return "pull"
+        return None if pending(pod) else "started"
+
+    def exited(self) -> bool:
+        """EXIT's wait: the pod finished, or is gone from the cache."""
+        pod = self.current()
+        if pod is None:
+            return True
+        self.last = pod
+        return not live(pod)
+
+    def evictable(self) -> list[str]:
+        """The run's live pods not yet told to go: those in the cache, and the one it created (the cache
+        may not have seen it yet)."""
+        names = {pod_name_of(p) for p in self.of_run() if live(p) and not terminating(p)}
+        if self.name and (self.last is None or (live(self.last) and not terminating(self.last))):
+            names.add(self.name)
+        return sorted(names)
 
 
 def read_log_tail(api: Api, namespace: str, name: str, pod: Obj | None, timeout: float) -> str:

@@ -2,6 +2,8 @@
 
     CLAIM → VALIDATE → CLEAR → CREATE → START → REPORT → EXIT → RECORD → DONE
 
+Runner._run calls one method per phase, in this order. START and REPORT may instead settle the run on
+fresh reads (_settle): a pod that reported and exited goes on to RECORD; anything else ends the run.
 Every wait is one Waiter.wait_for() on the watch caches, subscribed to this run's topics only (its
 check's pods, its run uuid, its khstate), racing one monotonic deadline for the whole run
 (start + timeout) and the check's stop event: no fixed sleeps, no polling. A run that fails
@@ -9,145 +11,76 @@ records `Check execution error: <ns>/<name>: <reason>` with v2's reasons. A chec
 someone else before it reported skips the run. On a timeout or a stop the run's live pods are
 evicted (delete as fallback).
 
-Trust under faults. A cache can be old (a watch broke, the API server restarted or froze), and an
-API call can fail because the control plane is away; neither says anything about the checked thing.
-So:
-  * a verdict that would fail the run is confirmed by one bounded read first (the pod, the khstate,
-    the check's pods by label); the cache alone never fails a run;
-  * API errors at CLAIM, CREATE and RECORD are retried (jittered backoff) within the run's deadline;
-  * a run that cannot be completed or judged because the API was away, or its caches were not
-    current at some moment of the run, is SKIPPED (`kuberhealthy_runs_skipped_total{reason}`), not
-    failed: the next due run tries again;
-  * every write is conditional on this run's uuid, so a stopped or late run never overwrites the
-    result of the run that followed it.
-This module knows nothing about HTTP or scheduling.
+This module holds the phases: what each does and waits for, and their order. When a run believes
+what it sees (retry, confirm, skip rather than fail) is guard.py's; writing the result (khstate,
+history, Events, Influx, the skip counter) is recording.py's; what the pod shows is podstate.py's;
+the values a run ends with are result.py's. It knows nothing about HTTP or scheduling.
 """
 from __future__ import annotations
 
-import enum
 import logging
-import random
 import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TypeVar
 
 from kuberhealthy.base.durations import format_duration
-from kuberhealthy.base.errors import ApiError, Conflict, NotFound, is_transient
-from kuberhealthy.kube import KHSTATES, PODS, Obj
-from kuberhealthy.outputs.events import KIND_CHECK, KIND_JOB, ObjectRef
-from kuberhealthy.outputs.runstats import SKIP_API, SKIP_POD_DELETED
+from kuberhealthy.base.errors import ApiError, Conflict, is_transient
+from kuberhealthy.kube import Obj
+from kuberhealthy.outputs.runstats import SKIP_POD_DELETED
 from kuberhealthy.records import khstate
-from kuberhealthy.records.checkpod import (
-    CHECK_NAME_LABEL,
-    RUN_ID_LABEL,
-    build_pod,
-    new_run_key,
-    pod_name,
-    pod_run_key,
-    run_key_sha256,
-)
+from kuberhealthy.records.checkpod import build_pod, new_run_key, pod_name, run_key_sha256
 from kuberhealthy.records.checkspec import CheckSpec, validate_pod_spec
-from kuberhealthy.records.history import RunRecord
+from kuberhealthy.run.guard import CONFIRM_TIMEOUT, Failed, Guard, Skipped, Stopped, removed
 from kuberhealthy.run.podstate import (
-    ERR_CLEANUP,
     ERR_EXIT,
     ERR_REPORT,
     ERR_RUNNING,
     ERR_START,
+    RunPod,
+    earlier,
     live,
+    node_of,
     pending,
     pod_name_of,
-    pod_uid,
-    read_log_tail,
     start_failure,
     terminating,
 )
+from kuberhealthy.run.recording import Recorder
+from kuberhealthy.run.result import Outcome, Phase, RunResult
 from kuberhealthy.seams import RunNeeds
+
+# What the workers and the tests take from here; the values themselves are in result.py.
+__all__ = ["ERR_REPORT", "ERR_RUNNING", "Outcome", "Phase", "RunResult", "Runner"]
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-CONFIRM_TIMEOUT = 5.0  # seconds for one confirming read
-WRITE_TIMEOUT = 5.0  # seconds per khstate request
-GRACE = 10.0  # seconds past the deadline still spent writing a verdict (RECORD, an error)
-RETRY_FIRST = 0.2  # seconds
-RETRY_MAX = 2.0  # seconds
-LOG_TIMEOUT = 3.0  # seconds for reading a failed checker's log tail
-
-
-class Phase(enum.Enum):
-    CLAIM = "claim"
-    VALIDATE = "validate"
-    CLEAR = "clear"
-    CREATE = "create"
-    START = "start"
-    REPORT = "report"
-    EXIT = "exit"
-    RECORD = "record"
-    DONE = "done"
-
-
-class Outcome(enum.Enum):
-    REPORTED = "reported"  # the pod reported (OK or not) and the run was recorded
-    FAILED = "failed"  # the run itself failed; an execution error was recorded
-    SKIPPED = "skipped"  # not judged: the pod was removed by someone else, or the API was away
-    STOPPED = "stopped"  # the check was stopped (shutdown, leadership lost, spec changed)
-
-
-@dataclass
-class RunResult:
-    outcome: Outcome
-    run_uuid: str
-    phase: Phase
-    errors: list[str] = field(default_factory=list)
-    duration: float = 0.0  # seconds
-    pod: str = ""
-    node: str = ""
-    phase_seconds: dict[str, float] = field(default_factory=dict)  # time spent in each phase
-    skip_reason: str = ""
-
-
-class _Stopped(Exception):
-    pass
-
-
-class _Failed(Exception):
-    pass
-
-
-class _Skipped(Exception):
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(detail)
-        self.reason = reason
-
 
 class Runner:
-    """Runs one check once. Construct per run; call run() on the check's thread; wake() from a stopper."""
+    """Runs one check once. Construct per run, right before run() on the check's thread (the run's clock
+    starts at construction); wake() from a stopper."""
 
     def __init__(self, services: RunNeeds, check: CheckSpec, stop: threading.Event,
                  clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
-        self.s = services
+        self.services = services
         self.check = check
         self.stop = stop
         self.clock = clock
-        self.wall = wall
         self.run_uuid = str(uuid.uuid4())
         self._phase = Phase.CLAIM
-        self._phase_started = clock()
-        self._started = clock()
-        self.phase_seconds: dict[str, float] = {}
-        self.pod: Obj | None = None
-        self._created_name = ""  # the pod this run claims, then creates
-        self._run_key = ""  # the run's secret: on its pod only; the claim holds its hash
+        self._started = self._phase_started = clock()  # the run's one start; its deadline is start + timeout
         self._wall_start = wall()
-        self._last_run: str | None = None  # the khstate's LastRun when the run claimed it
-        self._written: Obj | None = None  # the khstate as this run last wrote it
-        self._api_trouble = False  # an API call of this run failed for a transient reason
+        self._deadline = self._started + check.timeout
+        self.wall = wall
+        self.phase_seconds: dict[str, float] = {}
+        self.pod = RunPod(services.pods, self.run_uuid)
+        self._run_key = ""  # the run's secret: on its pod only; the claim holds its hash
         self.log = logging.LoggerAdapter(logger, {"check": check.key, "run": self.run_uuid})
+        self.guard = Guard(services, check, self.run_uuid, stop, self._started, clock, self.log)
+        self.recorder = Recorder(services, check, self.run_uuid, self.guard, self._wall_start, clock, wall, self.log)
         self._waiter = services.notifier.waiter(
             services.pods.topic("check", check.key), services.pods.topic("uuid", self.run_uuid),
             services.khstates.topic("key", check.key))
@@ -167,463 +100,247 @@ class Runner:
         """Make a wait look at the stop event now."""
         self._waiter.wake()
 
-    # --- helpers ---------------------------------------------------------------------------------
-
-    def _pods_of_run(self) -> list[Obj]:
-        return list(self.s.pods.by_index("uuid", self.run_uuid))
-
-    def _my_pod(self) -> Obj | None:
-        for pod in self._pods_of_run():  # only the pod this run created counts, not a look-alike
-            if not self._created_name or pod_name_of(pod) == self._created_name:
-                return pod
-        return None
-
-    def _wait(self, predicate: Callable[[], T], deadline: float) -> T | None:
-        value = self._waiter.wait_for(predicate, deadline, self.stop, self.clock)
-        if self.stop.is_set():
-            raise _Stopped()
-        return value
-
-    def _impaired(self) -> bool:
-        """Whether the API was away or too slow, or the caches this run decides on were not current,
-        during the run. A report accepted for this run but not stored yet (held) counts: the checker
-        reported, the control plane could not take it in time."""
-        return self._api_trouble or self._held() or any(
-            c.impaired_since(self._started) for c in (self.s.pods, self.s.khstates))
-
-    def _fail(self, reason: str) -> _Failed | _Skipped:
-        """The exception for a run that cannot succeed: a failure, unless the control plane was impaired."""
-        if self._impaired():
-            return _Skipped(SKIP_API, f"the API server was unavailable during the run ({reason})")
-        return _Failed(reason)
-
-    def _call(self, what: str, fn: Callable[[float], T], until: float) -> T:
-        """Call fn(timeout) until it does not fail transiently, with backoff, until `until` (monotonic).
-
-        A transient failure at the end is a skip: the control plane, not the check, failed.
-        """
-        delay = RETRY_FIRST
-        while True:
-            left = until - self.clock()
-            try:
-                return fn(max(0.5, min(WRITE_TIMEOUT, left)))
-            except ApiError as e:
-                if not is_transient(e):
-                    raise
-                self._api_trouble = True
-                left = until - self.clock()
-                if left <= 0:
-                    raise _Skipped(SKIP_API, f"could not {what}: {e}") from e
-                self.log.warning("Could not %s (%s); retrying", what, e)
-                if self.stop.wait(min(left, delay * (0.5 + random.random() / 2))):
-                    raise _Stopped() from e
-                delay = min(delay * 2, RETRY_MAX)
-
-    def _read_pod(self, name: str) -> Obj | None:
-        """The pod as the API server has it now (None: gone). Raises _Skipped when it cannot be read."""
-        try:
-            return self.s.resources.get(PODS, self.check.namespace, name, timeout=CONFIRM_TIMEOUT)
-        except NotFound:
-            return None
-        except ApiError as e:
-            self._api_trouble = True
-            raise _Skipped(SKIP_API, f"could not read checker pod {name}: {e}") from e
-
-    def _read_state(self) -> Obj | None:
-        try:
-            return self.s.resources.get(KHSTATES, self.check.namespace, self.check.name, timeout=CONFIRM_TIMEOUT)
-        except NotFound:
-            return None
-        except ApiError as e:
-            self._api_trouble = True
-            raise _Skipped(SKIP_API, f"could not read the khstate: {e}") from e
-
-    def _is_report(self, obj: Obj | None) -> bool:
-        """The khstate shows this run's report: our handler's stamp, or (any writer) LastRun advanced
-        while the khstate still names this run."""
-        if obj is None:
-            return False
-        if khstate.reported_uuid(obj) == self.run_uuid:
-            return True
-        spec = khstate.Spec.of(obj)
-        return spec.uuid == self.run_uuid and spec.last_run is not None and spec.last_run > (self._last_run or "")
-
-    def _held(self) -> bool:
-        """A report for this run was accepted but waits (on this replica) for the API to store it."""
-        return self.s.held.holds(self.run_uuid)
-
-    def _reported(self) -> bool:
-        return self._is_report(self.s.khstates.get(self.check.namespace, self.check.name))
-
-    def _evict_run_pods(self) -> None:
-        """Remove this run's live pods: those in the cache, and the one we created (the cache may not
-        have seen it yet). An API error here is logged; the reaper or the next run's CLEAR retries."""
-        names = {pod_name_of(p) for p in self._pods_of_run() if live(p) and not terminating(p)}
-        if self._created_name and (self.pod is None or (live(self.pod) and not terminating(self.pod))):
-            names.add(self._created_name)
-        for name in sorted(names):
-            try:
-                how = self.s.resources.evict_pod(self.check.namespace, name, timeout=CONFIRM_TIMEOUT)
-                self.log.info("Removed checker pod %s (%s)", name, how)
-            except ApiError as e:
-                self.log.warning("Could not remove checker pod %s: %s", name, e)
-                if is_transient(e):
-                    break  # the API is away; the next run's CLEAR removes what is left
-
-    # --- the run -----------------------------------------------------------------------------------
-
     def run(self) -> RunResult:
-        start = self._started = self.clock()
-        self._wall_start = self.wall()
-        deadline = start + self.check.timeout
         skip_reason, reason, logs = "", "", None
         try:
-            self._run(deadline)
+            self._run()
             outcome, errors = Outcome.REPORTED, list[str]()
-        except _Stopped:
+        except Stopped:
             outcome, errors = Outcome.STOPPED, []
             self.log.info("Run stopped in phase %s", self.phase.value)
             self._evict_run_pods()
-        except _Skipped as e:
+        except Skipped as e:
             outcome, errors, skip_reason = Outcome.SKIPPED, [], e.reason
             self.log.warning("Run skipped in phase %s (%s): %s", self.phase.value, e.reason, e)
             if e.reason != SKIP_POD_DELETED:
                 self._evict_run_pods()
-        except _Failed as e:
+        except Failed as e:
             outcome, errors = Outcome.FAILED, [f"Check execution error: {self.check.key}: {e}"]
             reason = str(e)
             self.log.warning("Run failed in phase %s: %s", self.phase.value, e)
-            logs = self._read_logs(deadline) if self._created_name and self.pod is not None else None
+            if self.pod.last is not None:
+                logs = self.recorder.logs(self.pod, self._deadline)
             self._evict_run_pods()
         finally:
             self._waiter.close()
-        duration = self.clock() - start
-        node = str(((self.pod or {}).get("spec") or {}).get("nodeName") or "")
+        duration, node = self.clock() - self._started, node_of(self.pod.last)
         if outcome is Outcome.FAILED:
-            record = RunRecord.failed(self.run_uuid, self._wall_start, duration, node,
-                                      self._created_name if self.pod is not None else "", reason, errors, logs)
-            outcome, skip_reason = self._record_failure(errors, duration, node, deadline, record)
-        result = RunResult(outcome, self.run_uuid, self.phase, errors, duration, self._created_name, node,
+            try:
+                self.recorder.failure(errors, reason, duration, self.pod, logs, self._deadline)
+            except Skipped as e:
+                outcome, skip_reason = Outcome.SKIPPED, e.reason
+            except Stopped:
+                outcome = Outcome.STOPPED
+        result = RunResult(outcome, self.run_uuid, self.phase, errors, duration, self.pod.name, node,
                            dict(self.phase_seconds), skip_reason)
         self.log.debug("Phase times: %s", ", ".join(f"{k}={v:.3f}s" for k, v in self.phase_seconds.items()))
-        if outcome is Outcome.SKIPPED:
-            self.s.stats.skip(skip_reason)
-        if outcome in (Outcome.REPORTED, Outcome.FAILED):
-            self._forward(result)
+        self.recorder.finished(result)
         return result
 
-    def _history(self, record: Callable[[Obj], RunRecord]) -> khstate.HistoryWrite:
-        config = self.s.config
-        return khstate.HistoryWrite(record, config.history_length, config.capture_logs, self.wall())
+    def _run(self) -> None:
+        self._claim()
+        self._validate()
+        self._clear()
+        self._create()
+        if self._start() and self._report():  # False: settled on fresh reads, straight on to RECORD
+            self._exit()
+        duration, node = self._record()
+        self._done(duration, node)
 
-    def _ref(self) -> ObjectRef:
-        kind = KIND_JOB if self.check.workload == khstate.WORKLOAD_JOB else KIND_CHECK
-        return ObjectRef(kind, self.check.namespace, self.check.name, self.check.uid)
+    # --- the phases, in order ----------------------------------------------------------------------
 
-    def _read_logs(self, deadline: float) -> str | None:
-        """The tail of the checker's log, for a failed run's history entry (captureLogs)."""
-        if not self.s.config.capture_logs or not self._created_name:
-            return None
-        return read_log_tail(self.s.resources, self.check.namespace, self._created_name, self.pod,
-                             max(0.5, min(LOG_TIMEOUT, deadline + GRACE - self.clock())))
+    def _claim(self) -> None:
+        """CLAIM: only this run's UUID may report from now on.
 
-    def _record_failure(self, errors: list[str], duration: float, node: str, deadline: float,
-                        record: RunRecord) -> tuple[Outcome, str]:
-        """Write the execution error (only while the khstate still names this run)."""
-        until = max(deadline, self.clock()) + GRACE
-        history = self._history(lambda _spec: record)
-
-        def write(timeout: float) -> Obj | None:
-            return khstate.record_error(
-                self.s.resources, self.check.namespace, self.check.name, errors, self.s.config.pod_name,
-                format_duration(duration), node, self.check.workload, run_uuid=self.run_uuid,
-                timeout=timeout, deadline=until, history=history, clock=self.clock)
-        try:
-            self._written = self._call("record the failure", write, until)
-        except _Skipped as e:
-            self.log.warning("Could not record the failure: %s", e)
-            return Outcome.SKIPPED, SKIP_API
-        except _Stopped:
-            return Outcome.STOPPED, ""
-        except ApiError as e:
-            self.log.error("Could not record the failure: %s", e)
-        if self._written is None:
-            self.log.info("A newer run has claimed the khstate; this run's failure is not recorded")
-        else:
-            self.s.events.check_failed(self._ref(), errors[0])
-        return Outcome.FAILED, ""
-
-    def _run(self, deadline: float) -> None:
-        ns, name = self.check.namespace, self.check.name
-        # CLAIM: only this run's UUID may report from now on.
+        The claim names the pod this run will create and the hash of its secret: every replica then
+        takes reports from that pod only, whatever else carries the same labels and env.
+        """
         self.phase = Phase.CLAIM
-
-        # The claim names the pod this run will create and the hash of its secret: every replica then
-        # takes reports from that pod only, whatever else carries the same labels and env.
-        self._created_name = self._fresh_pod_name()
+        self.pod.name = self._fresh_pod_name()
         self._run_key = new_run_key()
-
-        def claim(timeout: float) -> Obj:
-            return khstate.claim_run(self.s.resources, ns, name, self.run_uuid, self.s.config.pod_name,
-                                     self.check.workload, hint=self.s.khstates.get(ns, name), timeout=timeout,
-                                     deadline=deadline, run_pod=self._created_name,
-                                     run_key_sha256=run_key_sha256(self._run_key), clock=self.clock)
         try:
-            claimed = self._call("claim the run", claim, deadline)
+            claimed = self.guard.call("claim the run", self._claim_once, self._deadline)
         except ApiError as e:
-            raise _Failed(f"failed to claim the run in its khstate: {e}") from e
-        self._last_run = khstate.Spec.of(claimed).last_run
+            raise Failed(f"failed to claim the run in its khstate: {e}") from e
+        self.guard.last_run = khstate.Spec.of(claimed).last_run
         self.log.info("Run started (timeout %s)", format_duration(self.check.timeout))
 
+    def _validate(self) -> None:
         self.phase = Phase.VALIDATE
         problem = validate_pod_spec(self.check.pod_spec)
         if problem:
-            raise _Failed(problem)
+            raise Failed(problem)
 
+    def _clear(self) -> None:
+        """CLEAR: earlier checker pods of this check must be gone before a new one starts (but for those
+        already reported stuck Terminating: guard.confirm_cleared)."""
         self.phase = Phase.CLEAR
-        self._clear(deadline)
-
-        self.phase = Phase.CREATE
-        self._create(deadline)
-
-        # START: past Pending, or an image pull failure.
-        self.phase = Phase.START
-
-        seen = False
-
-        def started() -> str | None:
-            nonlocal seen
-            pod = self._my_pod()
-            if pod is None:
-                return "gone" if seen else None  # not seen yet: the watch may simply be behind
-            seen = True
-            self.pod = pod
-            if start_failure(pod):
-                return "pull"
-            return None if pending(pod) else "started"
-        state = self._wait(started, deadline)
-        if state is None:
-            self._settle(deadline)  # the deadline passed: decide on what the API server says
-            return
-        if state == "gone":
-            if self._read_pod(self._created_name) is None:
-                raise _Skipped(SKIP_POD_DELETED, "checker pod was removed before it started")
-            self._settle(deadline)
-            return
-        if state == "pull":
-            pod = self._read_pod(self._created_name)  # confirm: never fail on the cache alone
-            failure = start_failure(pod or {})
-            if pod is None:
-                raise _Skipped(SKIP_POD_DELETED, "checker pod was removed before it started")
-            if failure:
-                self.pod = pod
-                raise _Failed(ERR_START + failure)
-
-        # REPORT: the report handler stamps our UUID on the khstate.
-        self.phase = Phase.REPORT
-
-        def reported_or_ended() -> str | None:
-            if self._reported():
-                return "reported"
-            pod = self._my_pod()
-            if pod is None:
-                return "gone"
-            self.pod = pod
-            return "ended" if not live(pod) else None
-        outcome = self._wait(reported_or_ended, deadline)
-        if outcome != "reported":
-            if outcome is None or self._impaired() or self._held():
-                self._settle(deadline)  # a lagging cache may be all that stands between us and a report
-                return
-            if self._is_report(self._read_state()):
-                self.log.info("Checker pod reported (confirmed by a read; the cache was behind)")
-            elif outcome == "gone":
-                if self._read_pod(self._created_name) is None:
-                    raise _Skipped(SKIP_POD_DELETED, "checker pod was removed before it reported")
-                self._settle(deadline)
-                return
-            else:
-                # Ended without reporting: fail now rather than at the deadline, with v2's reason.
-                status = (self.pod or {}).get("status") or {}
-                self.log.warning("Checker pod %s ended (%s) without reporting in", self._created_name,
-                                 status.get("phase"))
-                raise self._fail(ERR_REPORT)
-        self.log.info("Checker pod reported")
-
-        # EXIT: the pod finishes (or is gone).
-        self.phase = Phase.EXIT
-
-        def exited() -> bool:
-            pod = self._my_pod()
-            if pod is None:
-                return True
-            self.pod = pod
-            return not live(pod)
-        if not self._wait(exited, deadline):
-            pod = self._read_pod(self._created_name)
-            if pod is not None and live(pod):
-                raise self._fail(ERR_EXIT)
-            self.pod = pod or self.pod
-        self._record(deadline)
-
-    def _clear(self, deadline: float) -> None:
-        """Earlier checker pods of this check must be gone before a new one starts.
-
-        A pod stuck Terminating (a lost node, a finalizer nobody removes) is waited for once, as v2
-        did: the run that meets it fails with v2's cleanup error, so the operator hears of it. From
-        then on that pod is known stuck and later runs do not wait for it; they are not blocked
-        forever by a pod that is already being deleted (and is not live in the contract's sense).
-        """
-        ns, key = self.check.namespace, self.check.key
-        stuck = self._stuck_pods()
-
-        def earlier(pods: list[Obj]) -> list[Obj]:
-            return [p for p in pods if live(p) and pod_uid(p) not in stuck
-                    and (p["metadata"].get("labels") or {}).get(RUN_ID_LABEL) != self.run_uuid]
-        stale = earlier(self.s.pods.by_index("check", key))
+        stuck = self.guard.stuck()
+        stale = earlier(self.services.pods.by_index("check", self.check.key), self.run_uuid, stuck)
         for pod in stale:
             if terminating(pod):
                 continue  # already told to go
             self.log.info("Removing earlier checker pod %s", pod_name_of(pod))
             try:
-                self.s.resources.evict_pod(ns, pod_name_of(pod), timeout=CONFIRM_TIMEOUT)
+                self.services.resources.evict_pod(self.check.namespace, pod_name_of(pod), timeout=CONFIRM_TIMEOUT)
             except ApiError as e:  # the wait below decides; it fails the run if the pod stays
                 self.log.warning("Could not remove earlier checker pod %s: %s", pod_name_of(pod), e)
-                self._api_trouble |= is_transient(e)
-        if not stale or self._wait(lambda: not earlier(self.s.pods.by_index("check", key)), deadline):
-            return
-        try:  # confirm with the API server before failing: the cache may be behind
-            items, _ = self.s.resources.list(PODS, ns, f"{CHECK_NAME_LABEL}={self.check.name}",
-                                             timeout=CONFIRM_TIMEOUT)
-        except ApiError as e:
-            self._api_trouble = True
-            raise _Skipped(SKIP_API, f"could not list the check's pods: {e}") from e
-        left = earlier(items)
-        if not left:
-            self.log.info("Earlier checker pods are gone (confirmed by a read; the cache was behind)")
-            return
-        error = self._fail(ERR_CLEANUP)
-        for pod in left:
-            if terminating(pod) and isinstance(error, _Failed):
-                stuck.add(pod_uid(pod))
-                self.log.warning("Earlier checker pod %s is stuck Terminating (since %s; a lost node or a "
-                                 "finalizer?); reported once, later runs will not wait for it", pod_name_of(pod),
-                                 (pod.get("metadata") or {}).get("deletionTimestamp"))
-        raise error
+                self.guard.saw(e)
+        if stale and not self._wait(self._earlier_gone):
+            self.guard.confirm_cleared(stuck)
 
-    def _stuck_pods(self) -> set[str]:
-        """Uids of checker pods already reported stuck Terminating (shared by the daemon's runs)."""
-        seen = self.s.stuck_terminating
-        if len(seen) > 10000:
-            seen.clear()
-        return seen
-
-    def _fresh_pod_name(self) -> str:
-        """`<check>-<unix seconds>`; the name has one-second resolution: never reuse one that still exists."""
-        while self.s.pods.get(self.check.namespace, name := pod_name(self.check.name, int(self.wall()))) is not None:
-            if self.stop.wait(max(0.01, 1.0 - (self.wall() % 1.0))):
-                raise _Stopped()
-        return name
-
-    def _create(self, deadline: float) -> None:
-        ns = self.check.namespace
-        body = build_pod(self.check, self.run_uuid, self.wall(), self.s.config.external_check_reporting_url,
-                         self.s.owner_reference(ns), deadline_unix=self._wall_start + self.check.timeout,
-                         name=self._created_name, run_key=self._run_key)
-        attempts = 0
-
-        def create(timeout: float) -> Obj:
-            nonlocal attempts
-            attempts += 1
-            try:
-                return self.s.resources.create(PODS, ns, body, timeout=timeout)
-            except Conflict as e:
-                if attempts > 1 and e.already_exists:  # our earlier attempt went through after all
-                    pod = self.s.resources.get(PODS, ns, self._created_name, timeout=timeout)
-                    if pod_run_key(pod) == self._run_key:  # ours, not a look-alike that took the name
-                        return pod
-                raise
+    def _create(self) -> None:
+        """CREATE: the checker pod, under the name the claim gave it."""
+        self.phase = Phase.CREATE
+        body = build_pod(self.check, self.run_uuid, self.wall(), self.services.config.external_check_reporting_url,
+                         self.services.owner_reference(self.check.namespace),
+                         deadline_unix=self._wall_start + self.check.timeout, name=self.pod.name, run_key=self._run_key)
         try:
-            self.pod = self._call("create the checker pod", create, deadline)
+            self.pod.last = self.guard.create_pod(body, self.pod.name, self._run_key, self._deadline)
         except Conflict as e:
-            raise _Failed(f"failed to create checker pod {self._created_name}: {e}") from e
+            raise Failed(f"failed to create checker pod {self.pod.name}: {e}") from e
         except ApiError as e:
-            raise _Failed(f"failed to create checker pod: {e}") from e
-        self.log.info("Created checker pod %s", self._created_name)
+            raise Failed(f"failed to create checker pod: {e}") from e
+        self.log.info("Created checker pod %s", self.pod.name)
 
-    def _settle(self, deadline: float) -> None:
+    def _start(self) -> bool:
+        """START: past Pending, or an image pull failure. False: the run was settled on fresh reads."""
+        self.phase = Phase.START
+        state = self._wait(self.pod.start_state)
+        if state is None or state == "gone":  # the deadline passed, or the pod left the cache
+            if state == "gone":
+                self.guard.present(self.pod.name, "started")
+            self._settle()  # decide on what the API server says
+            return False
+        if state == "pull":
+            pod = self.guard.present(self.pod.name, "started")  # confirm: never fail on the cache alone
+            failure = start_failure(pod)
+            if failure:
+                self.pod.last = pod
+                raise Failed(ERR_START + failure)
+        return True
+
+    def _report(self) -> bool:
+        """REPORT: the report handler stamps our UUID on the khstate. False: the run was settled on fresh reads."""
+        self.phase = Phase.REPORT
+        outcome = self._wait(self._report_state)
+        if outcome == "reported":
+            pass
+        elif outcome is None or self.guard.impaired() or self.guard.held():
+            self._settle()  # a lagging cache may be all that stands between us and a report
+            return False
+        elif self.guard.report_confirmed():
+            self.log.info("Checker pod reported (confirmed by a read; the cache was behind)")
+        elif outcome == "gone":
+            self.guard.present(self.pod.name, "reported")
+            self._settle()
+            return False
+        else:  # ended without reporting: fail now rather than at the deadline, with v2's reason
+            status = (self.pod.last or {}).get("status") or {}
+            self.log.warning("Checker pod %s ended (%s) without reporting in", self.pod.name, status.get("phase"))
+            raise self.guard.fail(ERR_REPORT)
+        self.log.info("Checker pod reported")
+        return True
+
+    def _exit(self) -> None:
+        """EXIT: the pod finishes (or is gone)."""
+        self.phase = Phase.EXIT
+        if not self._wait(self.pod.exited):
+            pod = self.guard.read_pod(self.pod.name)
+            if pod is not None and live(pod):
+                raise self.guard.fail(ERR_EXIT)
+            self.pod.last = pod or self.pod.last
+
+    def _record(self) -> tuple[str, str]:
+        """RECORD: the result (recording.py); returns the run's duration as written and its node."""
+        self.phase = Phase.RECORD
+        node, seconds = node_of(self.pod.last), self.clock() - self._started
+        state = self.services.khstates.get(self.check.namespace, self.check.name)
+        failed = self.guard.shows_report(state) and not khstate.Spec.of(state or {}).ok  # keep what it printed
+        self.recorder.result(seconds, self.pod, self._deadline, keep_logs=failed)
+        return format_duration(seconds), node
+
+    def _done(self, duration: str, node: str) -> None:
+        self.phase = Phase.DONE
+        self.log.info("Run done in %s on node %s", duration, node or "?")
+
+    def _settle(self) -> None:
         """The deadline passed (or the caches were not to be trusted): decide on fresh reads.
 
-        Reported and exited → record the result as usual; otherwise v2's reason for where the pod is
-        (a failure, or a skip if the control plane was impaired during the run).
+        Returns when the pod reported and exited (the run goes on to RECORD); otherwise raises v2's
+        reason for where the pod is (a failure, or a skip if the control plane was impaired during the run).
         """
-        remaining = deadline - self.clock()
-        if remaining > 0:  # not at the deadline yet: wait for the caches to say more first
-            if self._wait(lambda: self._reported() and (p := self._my_pod()) is not None and not live(p), deadline):
-                self.pod = self._my_pod() or self.pod
-                self._record(deadline)
+        if self._deadline - self.clock() > 0:  # not at the deadline yet: wait for the caches to say more first
+            if self._wait(self._reported_and_exited):
+                self.pod.last = self.pod.current() or self.pod.last
                 return
-        reported = self._reported() or self._is_report(self._read_state())
-        pod = self._read_pod(self._created_name)
+        reported = self.guard.reported() or self.guard.report_confirmed()
+        pod = self.guard.read_pod(self.pod.name)
         if pod is None and not reported:
-            raise _Skipped(SKIP_POD_DELETED, "checker pod was removed before it reported")
+            raise removed("reported")
         if pod is not None:
-            self.pod = pod
+            self.pod.last = pod
         if reported:
             if pod is not None and live(pod):
                 self.phase = Phase.EXIT
-                raise self._fail(ERR_EXIT)
+                raise self.guard.fail(ERR_EXIT)
             self.log.info("Checker pod reported and exited (confirmed by reads)")
-            self._record(deadline)
             return
         assert pod is not None
         if pending(pod):
             self.phase = Phase.START
             failure = start_failure(pod)
-            raise self._fail(ERR_START + failure if failure else ERR_RUNNING)
+            raise self.guard.fail(ERR_START + failure if failure else ERR_RUNNING)
         self.phase = Phase.REPORT
-        raise self._fail(ERR_REPORT)
+        raise self.guard.fail(ERR_REPORT)
 
-    def _record(self, deadline: float) -> None:
-        """RECORD: RunDuration is the real wall time of the run; Node is where the pod ran."""
-        self.phase = Phase.RECORD
+    # --- what the phases wait for, and their API calls ---------------------------------------------
+
+    def _wait(self, predicate: Callable[[], T]) -> T | None:
+        value = self._waiter.wait_for(predicate, self._deadline, self.stop, self.clock)
+        if self.stop.is_set():
+            raise Stopped()
+        return value
+
+    def _report_state(self) -> str | None:
+        """REPORT's wait: "reported", "gone", "ended" (without a report), or None."""
+        if self.guard.reported():
+            return "reported"
+        pod = self.pod.current()
+        if pod is None:
+            return "gone"
+        self.pod.last = pod
+        return "ended" if not live(pod) else None
+
+    def _reported_and_exited(self) -> bool:
+        return self.guard.reported() and (p := self.pod.current()) is not None and not live(p)
+
+    def _earlier_gone(self) -> bool:
+        return not earlier(self.services.pods.by_index("check", self.check.key), self.run_uuid,
+                           self.services.stuck_terminating)
+
+    def _fresh_pod_name(self) -> str:
+        """`<check>-<unix seconds>`; the name has one-second resolution: never reuse one that still exists."""
+        while self.services.pods.get(self.check.namespace,
+                                     name := pod_name(self.check.name, int(self.wall()))) is not None:
+            if self.stop.wait(max(0.01, 1.0 - (self.wall() % 1.0))):
+                raise Stopped()
+        return name
+
+    def _claim_once(self, timeout: float) -> Obj:
         ns, name = self.check.namespace, self.check.name
-        node = str(((self.pod or {}).get("spec") or {}).get("nodeName") or "")
-        seconds = self.clock() - self._started
-        duration = format_duration(seconds)
-        until = max(deadline, self.clock() + GRACE)
-        reported = self.s.khstates.get(ns, name)
-        logs = None
-        if self._is_report(reported) and not khstate.Spec.of(reported or {}).ok:
-            logs = self._read_logs(until)  # the checker reported a failure: keep what it printed
-        history = self._history(lambda spec: RunRecord.reported(self.run_uuid, self._wall_start, seconds, node,
-                                                                self._created_name, spec, logs))
+        return khstate.claim_run(self.services.resources, ns, name, self.run_uuid, self.services.config.pod_name,
+                                 self.check.workload, hint=self.services.khstates.get(ns, name), timeout=timeout,
+                                 deadline=self._deadline, run_pod=self.pod.name,
+                                 run_key_sha256=run_key_sha256(self._run_key), clock=self.clock)
 
-        def record(timeout: float) -> Obj | None:
-            return khstate.record_result(self.s.resources, ns, name, self.run_uuid, duration, node,
-                                         self.s.config.pod_name, hint=self.s.khstates.get(ns, name),
-                                         timeout=timeout, deadline=until, history=history, clock=self.clock)
-        try:
-            self._written = self._call("record the run", record, until)
-        except (_Skipped, ApiError) as e:
-            # The report itself is stored; only RunDuration/Node (and this run's history entry) are missing.
-            # Not a failure of the check.
-            self.log.warning("Could not record the run's duration and node: %s", e)
-            self._written = self.s.khstates.get(ns, name)
-        else:
-            spec = khstate.Spec.of(self._written or {})
-            if self._written is not None and not spec.ok:
-                self.s.events.check_failed(self._ref(), spec.errors[0] if spec.errors else "reported OK: false")
-            elif self._written is not None and history.previous_failures > 0:
-                self.s.events.check_recovered(self._ref(), history.previous_failures)
-        self.phase = Phase.DONE
-        self.log.info("Run done in %s on node %s", duration, node or "?")
-
-    def _forward(self, result: RunResult) -> None:
-        influx = self.s.influx
-        if influx is None:
-            return
-        spec = khstate.Spec.of(self._written or {})  # what this run wrote, not a possibly lagging cache
-        ok = spec.ok if result.outcome is Outcome.REPORTED else False
-        errors = list(spec.errors) if result.outcome is Outcome.REPORTED else result.errors
-        influx.push(self.check.namespace, self.check.name, ok, errors, result.duration)
+    def _evict_run_pods(self) -> None:
+        """Remove this run's live pods. An API error here is logged; the reaper or the next run's CLEAR retries."""
+        for name in self.pod.evictable():
+            try:
+                how = self.services.resources.evict_pod(self.check.namespace, name, timeout=CONFIRM_TIMEOUT)
+                self.log.info("Removed checker pod %s (%s)", name, how)
+            except ApiError as e:
+                self.log.warning("Could not remove checker pod %s: %s", name, e)
+                if is_transient(e):
+                    break  # the API is away; the next run's CLEAR removes what is left

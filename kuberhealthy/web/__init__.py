@@ -2,9 +2,9 @@
 and the JSON API (web/api.py).
 
 `create_app(services)` builds a Flask app over the daemon's caches; the gunicorn wiring lives in
-server.py. Handlers read the caches (khchecks, khstates, khjobs, checker pods) and write only through
-khstate.record_report and the run-now annotation (runnow.py); nothing here schedules checks, talks to
-the Lease or lists pods from the API.
+daemon/server.py. Handlers read the caches (khchecks, khstates, khjobs, checker pods) and write only
+through khstate.record_report and the run-now annotation (runnow.py); nothing here schedules checks,
+talks to the Lease or lists pods from the API.
 """
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ from kuberhealthy.seams import WebNeeds
 from kuberhealthy.web import api, health, openapi
 from kuberhealthy.web.context import CALLER_WAIT, EXTENSION, WebContext, context, one_line, plain
 from kuberhealthy.web.dashboard import render as dashpage
-from kuberhealthy.web.dashboard import routes as dashboard
-from kuberhealthy.web.report import routes as report
+from kuberhealthy.web.dashboard import routes as dashboard_routes
+from kuberhealthy.web.report import routes as report_routes
 from kuberhealthy.web.report.stats import ReportStats
 from kuberhealthy.web.report.tokens import TokenVerifier
-from kuberhealthy.web.status import routes as status
+from kuberhealthy.web.status import routes as status_routes
 from kuberhealthy.web.status.metrics import CheckStatsCollector, InfluxCollector, make_registry
 from kuberhealthy.web.status.page import StatusCache
 from kuberhealthy.web.views import ViewCache
@@ -32,7 +32,7 @@ def _http_error(e: HTTPException) -> Response:
 
 def create_app(services: WebNeeds, *, caller_wait: float = CALLER_WAIT) -> Flask:
     """The Flask app over running (or about to run) services."""
-    app = Flask(__name__, static_folder=None)  # the dashboard serves its own assets (web/dashboard.py)
+    app = Flask(__name__, static_folder=None)  # the dashboard serves its own assets (web/dashboard/)
     cache = StatusCache(services.khstates, services.khjobs).attach()
     views = ViewCache(services.khchecks, services.khjobs, services.khstates, services.pods,
                       expose_logs=lambda: services.config.expose_logs).attach()
@@ -44,12 +44,12 @@ def create_app(services: WebNeeds, *, caller_wait: float = CALLER_WAIT) -> Flask
     app.extensions[EXTENSION] = WebContext(services=services, status=cache, registry=registry,
                                            caller_wait=caller_wait, report_stats=report_stats,
                                            tokens=TokenVerifier(services.resources), views=views)
-    app.register_blueprint(status.bp)
-    app.register_blueprint(report.bp)
+    app.register_blueprint(status_routes.bp)
+    app.register_blueprint(report_routes.bp)
     app.register_blueprint(health.bp)
     app.register_blueprint(api.bp)
     dashpage.init_app(app)
-    app.register_blueprint(dashboard.bp)
+    app.register_blueprint(dashboard_routes.bp)
     app.register_blueprint(openapi.bp)
     app.register_error_handler(HTTPException, _http_error)
     return app

@@ -5,7 +5,7 @@ entries keep their JSON bytes: a listing joins prepared bytes, it never serialis
 Answers: `{"checks": [entry, ...]}` (sorted by namespace, name, kind; a check and a job of the same
 name are two entries), 404 with one line of plain text for an unknown name.
 
-Run now (CONTRACT section 12, runnow.py). The handler sets the run-now annotation on the khcheck and
+Run now (docs/interface.md#run-now, records/runnow.py). The handler sets the run-now annotation on the khcheck and
 answers 202; the leader runs the check and removes the annotation. In order:
   * route off (config enableRunAPI: false) → 404, as for any unknown path;
   * the per-source rate limit shared with reports (config reportRateLimit/reportRateBurst) → 429;

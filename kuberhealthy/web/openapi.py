@@ -1,5 +1,5 @@
 """`GET /openapi.json`: the OpenAPI 3 description of every HTTP endpoint, with every status the
-contract allows for it (CONTRACT sections 6, 11, 12).
+contract allows for it (docs/interface.md#http-endpoints).
 
 The document is written by hand in web/openapi.yaml (package data) and served as JSON. It is checked
 by tests/unit/test_openapi.py (a valid OpenAPI 3.1 document that names every route of the app) and

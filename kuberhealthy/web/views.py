@@ -1,14 +1,14 @@
 """What the JSON API (`/api/checks`) and the dashboard say about each check and job, from the caches.
 
 One entry per khcheck and per khjob (a check and a job of the same name share their khstate, as in
-v2, and are two entries told apart by `kind`), with the fields of CONTRACT section 12: the last result
+v2, and are two entries told apart by `kind`), with the fields of docs/interface.md#json-api: the last result
 (`state` ok | failing | never-run), the spec's interval and timeout, durations in seconds, RFC3339
 times, the counters and history kept in the khstate (history.py), and the run in flight.
 
 Every replica answers from its own watch caches; no request calls the API. The run in flight is
 read from the khstate claim (khstate.RunClaim: the run's pod) and the pod cache, so a standby knows
 it as well as the leader: `currentRun` names its phase, pod and start, never its uuid (a live uuid
-lets a stranger report: CONTRACT section 11). `nextRun` is LastRun + runInterval (the leader's
+lets a stranger report: docs/interface.md#report-authenticity). `nextRun` is LastRun + runInterval (the leader's
 schedule follows it).
 
 ViewCache keeps each entry and its JSON bytes, rebuilt only for the objects that changed (khcheck,
@@ -25,10 +25,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from kuberhealthy.base.durations import parse_duration
+from kuberhealthy.base.times import format_time, parse_time
 from kuberhealthy.kube import Cache, Obj, key_of
 from kuberhealthy.records.checkpod import pod_check_index
 from kuberhealthy.records.checkspec import DEFAULT_RUN_INTERVAL, DEFAULT_TIMEOUT
-from kuberhealthy.records.history import entries, format_time, parse_time, stats
+from kuberhealthy.records.history import entries, stats
 from kuberhealthy.records.khstate import RunClaim, Spec
 
 CHECK = "check"
@@ -147,10 +148,6 @@ class ViewCache:
         for key in pod_check_index(obj):
             with self._lock:
                 self._dirty.add(key)
-
-    def invalidate(self) -> None:
-        with self._lock:
-            self._all_dirty = True
 
     def entries(self, namespaces: Iterable[str] | None = None) -> list[Built]:
         """Every entry (optionally of these namespaces), sorted by namespace, name, kind."""

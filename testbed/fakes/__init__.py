@@ -17,6 +17,7 @@ retry backoff) advances the clock instead of sleeping.
 
 Kubelet moves checker pods through their phases; report() stores a checker's report the way the report
 handler does. Activity lets a test wait, without polling, for what another thread does to the fakes.
+readouts.py reads back what the product writes and never reads itself (a pod's env, a skip counter).
 
 Not here: HTTP, watches, scheduling, garbage collection. Deletes are immediate, unless a pod is made
 to stick in Terminating.

@@ -1,13 +1,12 @@
 """Time that moves only when a test says so, and waiting without polling (FakeClock, FakeStop, Activity)."""
 from __future__ import annotations
 
-import datetime as dt
 import threading
 import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from kuberhealthy.records import khstate
+from kuberhealthy.base.times import format_time
 
 T = TypeVar("T")
 
@@ -43,7 +42,7 @@ class FakeClock:
 
 def stamp(clock: FakeClock) -> str:
     """The fake wall clock's now, as metav1.Time writes it."""
-    return khstate.rfc3339(dt.datetime.fromtimestamp(clock.wall(), dt.timezone.utc))
+    return format_time(clock.wall())
 
 
 class FakeStop(threading.Event):

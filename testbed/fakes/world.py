@@ -17,14 +17,13 @@ from kuberhealthy.checkclient import ENV_RUN_UUID
 from kuberhealthy.kube import KHCHECKS, KHJOBS, KHSTATES, PODS, Obj, Resource
 from kuberhealthy.outputs.events import ObjectRef
 from kuberhealthy.outputs.heldreports import HeldReports
-from kuberhealthy.outputs.runstats import RunStats
+from kuberhealthy.outputs.runstats import SchedulingMetrics
 from kuberhealthy.records import khstate
 from kuberhealthy.records.checkpod import (
     CHECK_NAME_ANNOTATION,
     CHECK_POD_SELECTOR,
     RUN_ID_LABEL,
     pod_check_index,
-    pod_env_value,
     pod_ip_index,
     pod_uuid_index,
     slim_pod,
@@ -34,6 +33,7 @@ from kuberhealthy.seams import ResultSink
 from testbed.fakes.api import FakeApi
 from testbed.fakes.cache import FakeCache
 from testbed.fakes.clock import Activity, FakeClock, T, stamp
+from testbed.fakes.readouts import pod_env_value
 
 NS = "kh-checks"
 POD_NAME = "kh-test-0"  # this replica
@@ -188,7 +188,7 @@ class FakeServices:
         self.pods = cache(PODS, selector=CHECK_POD_SELECTOR, transform=slim_pod,
                           indexers={"uuid": pod_uuid_index, "ip": pod_ip_index, "check": pod_check_index})
         self.reflectors = [self.khchecks, self.khstates, self.khjobs, self.pods]
-        self.stats = RunStats()
+        self.stats = SchedulingMetrics()
         self.held = HeldReports(self.api, lambda: self.config.pod_name, wall=self.clock.wall)  # never started
         self.stuck_terminating: set[str] = set()
         self.deaths = Deaths()  # where the controller's workers and parts report an unexpected end

@@ -1,4 +1,4 @@
-"""Black-box contract tests: derived only from /work/shared/CONTRACT.md, run against the real product.
+"""Black-box contract tests: derived only from the external interface (docs/interface.md), run against the real product.
 
 The product is driven as users drive it: the `kuberhealthy` console script (testbed/daemon.py), its HTTP
 endpoints and the Kubernetes API. Neither these tests nor the test bed modules they use import

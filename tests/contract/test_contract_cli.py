@@ -1,4 +1,5 @@
-"""CONTRACT sections 1 and 2: installing, running, flags, environment and the config file's validation."""
+"""docs/interface.md#install-and-run and #configuration: installing, running, flags, environment and the config
+file's validation."""
 from __future__ import annotations
 
 import contextlib

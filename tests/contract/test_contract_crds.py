@@ -1,4 +1,5 @@
-"""CONTRACT section 3: the three custom resources as the API server serves them (from the chart's CRD files)."""
+"""docs/interface.md#custom-resources: the three custom resources as the API server serves them (from the chart's
+CRD files)."""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,5 @@
-"""CONTRACT sections 6 and 7 (and 2's promMetricsConfig), seen from replicas that do not lead.
+"""docs/interface.md#http-endpoints and #leader-election (and #configuration's promMetricsConfig), seen from
+replicas that do not lead.
 
 Someone else ("other-replica") holds the Lease, so the replicas started here never run anything: every
 khstate, khcheck, khjob and checker pod is written by the test, and the HTTP answers are compared with

@@ -1,4 +1,5 @@
-"""CONTRACT sections 1, 2, 4, 7, 8 and 9: election, config reload, reapers, a dead InfluxDB, shutdown.
+"""docs/interface.md (install, configuration, checker pods, leader election, InfluxDB, shutdown): election,
+config reload, reapers, a dead InfluxDB, shutdown.
 
 Every test sets up what it needs and runs alone or in any order. One replica for the module (`leader`)
 takes over an expired Lease and runs checks with InfluxDB down and aggressive reapers; each test on it
@@ -127,7 +128,7 @@ def steal_lease(cluster: TestCluster, ns: str, d: DaemonProcess) -> None:
     wait_for(lambda: get_json(d.url)["CurrentMaster"] == "thief", 30, what="CurrentMaster is the thief")
 
 
-# --- section 7: election -----------------------------------------------------------------------------------
+# --- leader election --------------------------------------------------------------------------------------
 
 def test_a_replica_takes_over_an_expired_lease_and_reports_itself_as_current_master(leader: Leader) -> None:
     s, pulse = leader, unique("pulse")
@@ -139,7 +140,7 @@ def test_a_replica_takes_over_an_expired_lease_and_reports_itself_as_current_mas
     assert [lab for n, lab, _ in samples if n == "kuberhealthy_running"] == [{"current_master": s.a.name}]
 
 
-# --- section 4: no controller pod ----------------------------------------------------------------------------
+# --- checker pods: no controller pod -------------------------------------------------------------------------
 
 def test_without_its_own_pod_in_the_cluster_checker_pods_have_no_owner_and_runs_proceed(leader: Leader) -> None:
     s, check = leader, unique("owner")
@@ -152,7 +153,7 @@ def test_without_its_own_pod_in_the_cluster_checker_pods_have_no_owner_and_runs_
         assert not p["metadata"].get("ownerReferences"), p["metadata"]["name"]
 
 
-# --- section 8: InfluxDB down ----------------------------------------------------------------------------------
+# --- InfluxDB down ----------------------------------------------------------------------------------------
 
 def test_a_down_influxdb_never_blocks_or_breaks_checks(leader: Leader) -> None:
     s, pulse = leader, unique("influx")
@@ -168,7 +169,7 @@ def test_a_down_influxdb_never_blocks_or_breaks_checks(leader: Leader) -> None:
     assert spec["OK"] is True and spec["Errors"] == []
 
 
-# --- section 2: reapers --------------------------------------------------------------------------------------
+# --- clean-up (reapers) --------------------------------------------------------------------------------------
 
 def test_finished_checker_pods_and_completed_khjobs_older_than_their_max_age_are_deleted(leader: Leader) -> None:
     """maxCheckPodAge and maxKHJobAge are 3s and the reaper runs every second; 15s is plenty for both.
@@ -205,7 +206,7 @@ def test_orphan_khstates_are_removed_and_the_others_kept(leader: Leader) -> None
     assert get_or_none(s.cluster, khs(s.ns, kept)) is not None
 
 
-# --- section 2: reload ------------------------------------------------------------------------------------------
+# --- configuration: reload ---------------------------------------------------------------------------------------
 
 def test_a_config_file_change_is_picked_up_and_restarts_checks_on_the_leader(
         cluster: TestCluster, namespace: str, kubelet: SimKubelet, daemons: Daemons) -> None:
@@ -232,7 +233,7 @@ def test_a_config_file_change_is_picked_up_and_restarts_checks_on_the_leader(
     wait_for(pulse_uses_new_url, 30, what="pulse pods with the new URL")
 
 
-# --- section 9: SIGTERM ----------------------------------------------------------------------------------------
+# --- shutdown: SIGTERM -----------------------------------------------------------------------------------------
 
 def test_sigterm_cancels_runs_removes_their_pods_releases_the_lease_and_exits(
         cluster: TestCluster, namespace: str, kubelet: SimKubelet, daemons: Daemons) -> None:
@@ -254,7 +255,8 @@ def test_sigterm_cancels_runs_removes_their_pods_releases_the_lease_and_exits(
         requests.get(a.url + "/healthz", timeout=5)
 
 
-# --- section 7: a standby takes over, a leader loses the Lease; SIGINT -------------------------------------------
+
+# --- leader election: a standby takes over, a leader loses the Lease; SIGINT ------------------------------------
 
 def test_another_replica_takes_the_released_lease_and_runs_the_checks(
         cluster: TestCluster, namespace: str, kubelet: SimKubelet, daemons: Daemons) -> None:

@@ -1,4 +1,4 @@
-"""CONTRACT section 2: maxCompletedPodCount, maxErrorPodCount and the default maxCheckPodAge (72h).
+"""docs/interface.md#clean-up: maxCompletedPodCount, maxErrorPodCount and the default maxCheckPodAge (72h).
 
 One leader (enableForceMaster) with maxCompletedPodCount 2, maxErrorPodCount 1 and no checkReaperRunInterval
 in its file: CHECK_REAPER_RUN_INTERVAL=1s in its environment sets the period instead. The finished checker

@@ -1,4 +1,5 @@
-"""CONTRACT sections 3, 4, 5 and 8 on a leader (enableForceMaster) running real checks.
+"""docs/interface.md#custom-resources, #checker-pods, #runs and #influxdb on a leader (enableForceMaster) running
+real checks.
 
 One daemon for the module, with the simulated kubelet driving its namespace. Its own pod exists (so
 checker pods get an ownerReference), another replica holds the Lease (enableForceMaster bypasses it),
@@ -167,7 +168,7 @@ def completed_state(e: Env, name: str, timeout: float = 60) -> dict[str, Any]:
     return wait_for(done, timeout, what=f"a completed run of {name}")
 
 
-# --- section 4: checker pods ----------------------------------------------------------------------------
+# --- checker pods ----------------------------------------------------------------------------------
 
 def test_checker_pods_are_named_after_the_check_and_the_unix_second_and_never_restart(env: Env) -> None:
     pod = first_pod(env, "okc")
@@ -248,7 +249,7 @@ def test_checker_pods_are_owned_by_the_controller_pod_when_it_exists(env: Env) -
     assert ref["name"] == DAEMON and ref["uid"] == env.controller_pod["metadata"]["uid"]
 
 
-# --- sections 3 and 5: runs and khstates ------------------------------------------------------------------
+# --- runs and khstates ---------------------------------------------------------------------------------
 
 def test_a_successful_run_records_ok_duration_node_and_authoritative_pod(env: Env) -> None:
     s = completed_state(env, "slowc")
@@ -393,7 +394,8 @@ def test_force_master_runs_checks_without_taking_the_lease(env: Env) -> None:
 
 
 def test_current_master_is_the_lease_holder_even_beside_a_forced_master(env: Env) -> None:
-    """CONTRACT: CurrentMaster is the Lease holder; here that is someone-else, not the forced master."""
+    """docs/interface.md#status-page: CurrentMaster is the Lease holder; here that is someone-else, not the
+    forced master."""
     completed_state(env, "okc")
     assert get_json(env.daemon.url)["CurrentMaster"] == "someone-else"
 
@@ -460,7 +462,7 @@ def test_a_checker_pod_reporting_without_the_uuid_header_is_identified_by_its_ip
     assert recs[0].report.status == 200
 
 
-# --- section 6 on the leader --------------------------------------------------------------------------------
+# --- HTTP endpoints on the leader-----------------------------------------------------------------------------
 
 def test_the_leader_s_metrics_pass_promtool_with_real_runs(env: Env) -> None:
     completed_state(env, "okc")
@@ -485,7 +487,7 @@ def test_the_status_page_shows_the_leader_s_runs(env: Env) -> None:
     parse_go_duration(d["RunDuration"])
 
 
-# --- section 8: InfluxDB ------------------------------------------------------------------------------------
+# --- InfluxDB ------------------------------------------------------------------------------------------
 
 def influx_points(e: Env, measurement: str) -> list[tuple[dict[str, list[str]], dict[str, str], dict[str, str], int]]:
     out = []

@@ -283,7 +283,7 @@ def test_a_config_reload_keeps_the_lease_and_the_running_checks_and_defers_resta
 
 def test_the_web_server_keeps_answering_until_the_checks_have_stopped(slow_stopping_leader: DaemonProcess) -> None:
     # The status page and report endpoint stay up through the slow stop, and only then the process
-    # exits (contract section 9's order).
+    # exits (docs/interface.md#shutdown's order).
     a = slow_stopping_leader
     a.signal(signal.SIGTERM)
     wait_for(lambda: "Stopping services" in a.log(), 30, what="the stop to begin")

@@ -2,7 +2,7 @@
 
 Each test runs on a private test bed (its own API server + etcd), so restarting or cutting off the API
 server never disturbs the session's shared `cluster`. The daemon runs as a real process. The asserts
-are the contract's promises (CONTRACT.md section 10): no false alarm for a checker that reported OK,
+are the contract's promises (docs/interface.md#under-faults): no false alarm for a checker that reported OK,
 every check records a good run within 60 s of the fault's end, a silent API stream is replaced within
 30 s, never two live checker pods for one check, `/` and `/healthz` answer throughout. Failures that
 the simulated kubelet itself caused (a pod status write it lost during the outage) are not blamed on

@@ -1,5 +1,5 @@
 """Check history, counters, log tails, Events and the CRD's shape against the real API server and the
-simulated kubelet (CONTRACT section 12): what a khstate holds after runs of every outcome, across a
+simulated kubelet (docs/interface.md#history-and-counters): what a khstate holds after runs of every outcome, across a
 restart and a leader change, within historyLength and 64 KiB; log tails read through pods/log from the
 sim; what the JSON API shows of them; Events on the khcheck; the warning for an old khstate CRD; and
 the printer columns `kubectl get` shows."""

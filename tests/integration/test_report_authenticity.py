@@ -1,5 +1,5 @@
-"""Reports only from the pod the run created (issue 12; CONTRACT section 11), tried the way an attacker
-inside the cluster would: real API server, simulated kubelet (pod IPs, projected tokens minted through
+"""Reports only from the pod the run created (issue 12; docs/interface.md#report-authenticity), tried the way an
+attacker inside the cluster would: real API server, simulated kubelet (pod IPs, projected tokens minted through
 the TokenRequest API), the daemon in this process, every request over real HTTP from a chosen address."""
 from __future__ import annotations
 
@@ -169,7 +169,7 @@ def test_with_enforce_a_valid_uuid_from_a_foreign_address_is_refused_and_from_th
 def test_by_default_a_report_from_a_foreign_address_is_accepted_logged_and_counted_and_v2_clients_work(
         namespace: str, daemon: InProcessDaemon, kubelet: SimKubelet, runs: ThreadPoolExecutor,
         caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.WARNING, logger="kuberhealthy.web.report.routes")
+    caplog.set_level(logging.WARNING, logger="kuberhealthy.web.report.caller")
     cases = {"foreign": {"SIM_REPORT_FROM": outside_ip(2)}, "uuid-header": {},
              "by-address": {"SIM_NO_UUID_HEADER": "1"}}
     futures = {name: start(runs, daemon, spec(namespace, name, env)) for name, env in cases.items()}

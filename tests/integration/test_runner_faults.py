@@ -15,6 +15,7 @@ from kuberhealthy.records import khstate
 from kuberhealthy.run.runner import Outcome, Runner
 from testbed.builders import MERGE_PATCH, checker_pod, khjob
 from testbed.cluster import TestCluster
+from testbed.fakes.readouts import skipped_count
 from testbed.inprocess import InProcessDaemon, check_spec, state_of
 from testbed.sim.kubelet import SimKubelet
 from testbed.wait import wait_for
@@ -52,7 +53,7 @@ def test_a_run_the_api_server_makes_impossible_is_skipped_not_failed(
     assert result.outcome is Outcome.SKIPPED and result.skip_reason == SKIP_API
     s = state_of(daemon, namespace)
     assert s.ok is True and s.errors == ()  # the last real result stands
-    assert daemon.services.stats.skipped_count(SKIP_API) == 1
+    assert skipped_count(daemon.services.stats, SKIP_API) == 1
 
 
 def test_a_checker_pod_stuck_terminating_does_not_block_the_next_run(

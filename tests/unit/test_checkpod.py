@@ -1,6 +1,7 @@
 """The checker pod: name, labels, annotations, env injection, restartPolicy, owner."""
-from kuberhealthy.records.checkpod import RUN_KEY_ANNOTATION, TOKEN_VOLUME, build_pod, pod_env_value
+from kuberhealthy.records.checkpod import RUN_KEY_ANNOTATION, TOKEN_VOLUME, build_pod
 from kuberhealthy.records.checkspec import CheckSpec, validate_pod_spec
+from testbed.fakes.readouts import pod_env_value
 
 
 def check(**spec: object) -> CheckSpec:

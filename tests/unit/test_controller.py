@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from kuberhealthy.base.threads import Deaths
+from kuberhealthy.base.times import format_datetime, utcnow
 from kuberhealthy.control.controller import Controller, JobWorker
 from kuberhealthy.kube import KHCHECKS, KHJOBS, KHSTATES, PODS, Obj
 from kuberhealthy.records import khstate
@@ -255,7 +256,7 @@ def test_check_changes_within_the_debounce_are_reconciled_together_once_it_has_p
 
 def test_a_check_that_ran_recently_keeps_its_cadence_when_leadership_begins(
         fake_services: FakeServices, runs: Runs, controller: Controller) -> None:
-    recently = khstate.rfc3339(khstate.utcnow())  # the controller reads the wall clock itself (time.time())
+    recently = format_datetime(utcnow())  # the controller reads the wall clock itself (time.time())
     fake_services.api.put(KHSTATES, khstate_of("a", LastRun=recently))
     add(fake_services, "a", run_interval="1h")
     add(fake_services, "b", run_interval="1h")  # never ran: due now

@@ -12,8 +12,8 @@ from typing import Any
 
 from flask.testing import FlaskClient
 
+from kuberhealthy.base.times import format_time
 from kuberhealthy.kube import KHCHECKS, KHJOBS, KHSTATES, PODS
-from kuberhealthy.records.history import format_time
 from kuberhealthy.web import create_app
 from testbed.fakes import NS, POD_NAME, FakeServices, fake_config, khcheck, khjob, khstate_of
 from testbed.inprocess import history_keys

@@ -1,4 +1,4 @@
-"""The dashboard's presentation rules (web/dashview.py): times, durations, the history strip, rows and
+"""The dashboard's presentation rules (web/dashboard/view.py): times, durations, the history strip, rows and
 their order, the filter, and which rows a poll must be sent. Pure functions; no Flask."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from kuberhealthy.records.history import format_time
+from kuberhealthy.base.times import format_time
 from kuberhealthy.web.dashboard import view as dashview
 from kuberhealthy.web.dashboard.changelog import ChangeLog, Delta
 from kuberhealthy.web.dashboard.view import Filter, countdown, duration_text, relative
@@ -74,7 +74,7 @@ def test_rows_are_grouped_by_namespace_failing_groups_first_and_failing_rows_fir
 def test_a_row_says_what_a_person_on_call_needs() -> None:
     r = dashview.row(view("dns", "failing", errors=["x" * 400, "second"], currentRun={"phase": "Running"},
                           history=[entry(False), entry(True, 2)]), NOW)
-    assert (r.id, r.state_text, r.running, r.last_run_text, r.next_run_text) == (
+    assert (r.id, dashview.STATE_TEXT[r.state], r.running, r.last_run_text, r.next_run_text) == (
         "check:ns-a/dns", "Failing", "Running", "30 s ago", "in 30 s")
     assert len(r.first_error) == dashview.ERROR_CHARS and r.first_error.endswith("\u2026") and r.error_count == 2
     assert r.consecutive_failures == 1 and r.duration_text == "1.5 s"
@@ -92,15 +92,16 @@ def test_the_filter_matches_namespace_state_and_text_in_the_name_or_first_error(
     assert Filter.of({"q": "ns-b/d"}).matches(ok)
     assert Filter.of({"ns": "ns-b"}).matches(ok) and not Filter.of({"ns": "ns-b"}).matches(fail)
     assert Filter.of({"state": "failing"}).matches(fail) and not Filter.of({"state": "failing"}).matches(ok)
-    assert Filter.of({"state": "bogus"}) == Filter() and not Filter().active
+    empty = Filter.of({"state": "bogus"})
+    assert empty == Filter() and not (empty.text or empty.namespace or empty.state)
 
 
 def test_the_banner_counts_failing_never_run_and_running() -> None:
     views = [view("a"), view("b", "failing"), view("c", "never-run", currentRun={"phase": "Pending"})]
-    s = dashview.summary(views, "kh-0")
+    s = dashview.banner(views, "kh-0")
     assert (s.total, s.failing, s.never_run, s.running, s.healthy, s.headline) == (3, 1, 1, 1, False, "1 of 3 failing")
-    assert dashview.summary([view("a"), view("b")], "").headline == "All 2 OK"
-    assert dashview.summary([], "").headline == "No checks yet"
+    assert dashview.banner([view("a"), view("b")], "").headline == "All 2 OK"
+    assert dashview.banner([], "").headline == "No checks yet"
 
 
 def test_a_poll_is_told_only_the_rows_changed_or_removed_since_its_token() -> None:

@@ -1,5 +1,6 @@
-"""The khstate history, counters and statistics (kuberhealthy/records/history.py): pure functions, no I/O but the
-chart's CRD file, which the written keys must validate against."""
+"""The khstate history, counters and statistics (kuberhealthy/records/history.py) and the probe khstate of
+the CRD check (outputs/schemacheck.py): pure functions, no I/O but the chart's CRD file, which the written
+keys must validate against."""
 from __future__ import annotations
 
 import copy
@@ -13,8 +14,11 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kuberhealthy.base.times import format_time
+from kuberhealthy.outputs.schemacheck import PROBE_NAME_PREFIX, probe_body, pruned_fields
 from kuberhealthy.records import history as h
 from kuberhealthy.records.history import RunRecord
+from testbed.fakes.readouts import stats_json
 
 T0 = 1_796_119_200.0  # 2026-12-01T10:00:00Z
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,27 +62,13 @@ def added(spec: dict[str, Any]) -> dict[str, Any]:
     return {k: spec[k] for k in h.ADDED_KEYS if k in spec}
 
 
-# --- time --------------------------------------------------------------------------------------------------
-
-def test_times_are_rfc3339_utc_whole_seconds_and_parse_back() -> None:
-    assert h.format_time(T0 + 0.9) == "2026-12-01T10:00:00Z"
-    assert h.parse_time("2026-12-01T10:00:00Z") == T0
-    assert h.parse_time("2026-12-01T11:00:00+01:00") == T0
-    assert h.parse_time("2026-12-01T10:00:00.5Z") == T0 + 0.5
-
-
-@pytest.mark.parametrize("junk", [None, "", "yesterday", 12, "2026-13-01T00:00:00Z"])
-def test_a_timestamp_that_is_not_one_parses_to_none(junk: Any) -> None:
-    assert h.parse_time(junk) is None
-
-
 # --- counters ------------------------------------------------------------------------------------------------
 
 def test_counters_follow_a_mix_of_outcomes_and_a_skip_neither_breaks_nor_extends_a_streak() -> None:
     spec = play([ok(0), bad(1), failed(2), skipped(3), bad(4), ok(5), failed(6), skipped(7)])
     assert (spec["successCount"], spec["failureCount"], spec["consecutiveFailures"]) == (2, 4, 1)
-    assert spec["lastOK"] == h.format_time(T0 + 300 + 1.5)
-    assert spec["lastFailure"] == h.format_time(T0 + 360 + 300)
+    assert spec["lastOK"] == format_time(T0 + 300 + 1.5)
+    assert spec["lastFailure"] == format_time(T0 + 360 + 300)
     streak = play([bad(0), skipped(1), failed(2)])
     assert streak["consecutiveFailures"] == 2
 
@@ -286,7 +276,7 @@ def test_duration_percentiles_are_nearest_rank_over_judged_runs() -> None:
 
 
 def test_a_never_run_check_has_no_statistics() -> None:
-    assert h.stats(base_spec(), T0).as_json() == {
+    assert stats_json(h.stats(base_spec(), T0)) == {
         "consecutiveFailures": 0, "successCount": 0, "failureCount": 0, "lastOK": None, "lastFailure": None,
         "uptime": None, "uptime24h": None, "durationP50": None, "durationP95": None}
 
@@ -318,33 +308,19 @@ def as_json_schema(schema: Any) -> Any:
 
 
 def test_the_shipped_crd_describes_every_added_field() -> None:
-    assert h.missing_state_fields(khstate_crd()) == []
     spec = khstate_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
     assert all(spec[k].get("description") for k in h.ADDED_KEYS)
     assert set(spec["history"]["items"]["properties"]) == set(h.ENTRY_KEYS)
 
 
-def test_an_old_crd_is_recognised_by_what_it_would_prune() -> None:
-    crd = khstate_crd()
-    props = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
-    del props["history"]["items"]["properties"]["logs"]
-    assert h.missing_state_fields(crd) == ["history[].logs"]
-    for k in h.ADDED_KEYS:
-        props.pop(k)
-    assert h.missing_state_fields(crd) == list(h.ADDED_KEYS)
-    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"][
-        "x-kubernetes-preserve-unknown-fields"] = True
-    assert h.missing_state_fields(crd) == []
-
-
 def test_the_probe_finds_pruned_fields_in_the_answer() -> None:
-    probe = h.probe_body("comcast.github.io/v1", "kh", T0)
-    assert h.pruned_fields(probe) == []
-    assert probe["metadata"]["generateName"] == h.PROBE_NAME_PREFIX
+    probe = probe_body("comcast.github.io/v1", "kh", T0)
+    assert pruned_fields(probe) == []
+    assert probe["metadata"]["generateName"] == PROBE_NAME_PREFIX
     pruned = copy.deepcopy(probe)
     del pruned["spec"]["history"][0]["outcome"]
     del pruned["spec"]["lastOK"]
-    assert h.pruned_fields(pruned) == ["lastOK", "history[].outcome"]
+    assert pruned_fields(pruned) == ["lastOK", "history[].outcome"]
 
 
 def test_what_apply_run_writes_and_the_probe_validate_against_the_crd_schema() -> None:
@@ -354,7 +330,7 @@ def test_what_apply_run_writes_and_the_probe_validate_against_the_crd_schema() -
     body = {"apiVersion": "comcast.github.io/v1", "kind": "KuberhealthyState", "metadata": {"name": "x"},
             "spec": spec}
     jsonschema.validate(body, schema, format_checker=jsonschema.FormatChecker())
-    jsonschema.validate(h.probe_body("comcast.github.io/v1", "kh", T0), schema,
+    jsonschema.validate(probe_body("comcast.github.io/v1", "kh", T0), schema,
                         format_checker=jsonschema.FormatChecker())
 
 

@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kuberhealthy.base.config import PromMetrics
 from kuberhealthy.web.status.metrics import duration_seconds, error_label, make_registry
-from kuberhealthy.web.status.page import Summary, details_of, summarize
+from kuberhealthy.web.status.page import StatusSummary, details_of, summarize
 
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
 
@@ -23,7 +23,7 @@ def khstate(ns: str, name: str, job: bool = False, **spec: Any) -> Any:
     return details_of(obj, job)
 
 
-def nasty_summary() -> Summary:
+def nasty_summary() -> StatusSummary:
     entries = [
         khstate("default", "ok-check", OK=True, Errors=[], RunDuration="1.5s"),
         khstate("default", "bad-check", OK=False, Errors=['said "no"', "line one\nline two", "back\\slash"],
@@ -37,7 +37,7 @@ def nasty_summary() -> Summary:
     return summarize(sorted(entries, key=lambda d: d.key))
 
 
-def scrape(summary: Summary, master: str = "kh-0", config: PromMetrics | None = None) -> str:
+def scrape(summary: StatusSummary, master: str = "kh-0", config: PromMetrics | None = None) -> str:
     registry = make_registry(lambda: summary, lambda: master, config or PromMetrics())
     return generate_latest(registry).decode("utf-8")
 

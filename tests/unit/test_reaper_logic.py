@@ -12,7 +12,6 @@ from kuberhealthy.control.reaper import (
     Limits,
     khjobs_to_reap,
     orphan_states,
-    parse_time,
     pod_finished_at,
     pods_to_reap,
 )
@@ -119,13 +118,6 @@ def test_without_terminated_containers_the_finish_time_falls_back_to_conditions_
     assert pod_finished_at(p) == NOW - 300
     del p["status"]["conditions"]
     assert pod_finished_at(p) == NOW - 900
-
-
-def test_rfc3339_times_with_and_without_fractions_parse() -> None:
-    assert parse_time("2023-11-14T22:13:20Z") == NOW
-    assert parse_time("2023-11-14T22:13:20.5Z") == NOW + 0.5
-    assert parse_time("2023-11-14T23:13:20+01:00") == NOW
-    assert parse_time("") is None and parse_time("yesterday") is None and parse_time(None) is None
 
 
 def job(name: str, phase: str, created_ago: float, namespace: str = "ns") -> dict[str, Any]:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from kuberhealthy.base.config import from_mapping
-from kuberhealthy.daemon.services import needs_rebuild, needs_restart
+from kuberhealthy.daemon.reconfigure import needs_rebuild, needs_restart
 
 ENV = {"POD_NAME": "kh-0", "POD_NAMESPACE": "kuberhealthy"}
 

@@ -1,5 +1,5 @@
-"""A report is taken only from the pod its run created (CONTRACT section 11), decided over in-memory caches:
-look-alikes are ignored, finished pods and ended runs refused, older claims still work; and the pieces
+"""A report is taken only from the pod its run created (docs/interface.md#report-authenticity), decided over
+in-memory caches: look-alikes are ignored, finished pods and ended runs refused, older claims still work; and the pieces
 around it: the claim and finish annotations, the status page's uuid, the rate limiter, the token review."""
 from __future__ import annotations
 

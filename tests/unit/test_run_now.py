@@ -10,9 +10,10 @@ from collections.abc import Iterator
 
 import pytest
 
+from kuberhealthy.base.times import format_datetime, utcnow
 from kuberhealthy.control.controller import Controller
 from kuberhealthy.kube import KHCHECKS, KHSTATES, Obj
-from kuberhealthy.records import khstate, runnow
+from kuberhealthy.records import runnow
 from kuberhealthy.records.checkspec import CheckSpec
 from kuberhealthy.run.runner import Outcome, Phase, RunResult
 from testbed.fakes import NS, FakeServices, khcheck, khstate_of
@@ -85,7 +86,7 @@ def annotation(services: FakeServices, name: str) -> str | None:
 
 def leading_with_one_idle_check(services: FakeServices, controller: Controller, name: str = "probe") -> None:
     """A check that ran a moment ago (so its worker waits an hour) and this replica leading."""
-    services.api.put(KHSTATES, khstate_of(name, LastRun=khstate.rfc3339(khstate.utcnow())))
+    services.api.put(KHSTATES, khstate_of(name, LastRun=format_datetime(utcnow())))
     services.api.put(KHCHECKS, khcheck(name, run_interval="1h"))
     controller.became_leader()
     # Listing khjobs after the checks' reconcile wakes this wait once the worker is there.
@@ -154,7 +155,7 @@ def test_other_changes_of_an_annotated_khcheck_do_not_count_as_new_requests(
 
 def test_an_annotation_left_while_nobody_led_runs_the_check_when_leadership_begins(
         fake_services: FakeServices, gate: Gate, controller: Controller) -> None:
-    fake_services.api.put(KHSTATES, khstate_of("left", LastRun=khstate.rfc3339(khstate.utcnow())))
+    fake_services.api.put(KHSTATES, khstate_of("left", LastRun=format_datetime(utcnow())))
     fake_services.api.put(KHCHECKS, khcheck("left", run_interval="1h"))
     annotate(fake_services, "left", "while nobody led")  # seen by a follower: nothing to do yet
     controller.became_leader()

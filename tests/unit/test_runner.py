@@ -20,6 +20,7 @@ from kuberhealthy.records.checkspec import CheckSpec
 from kuberhealthy.run.runner import Outcome, Phase, Runner, RunResult
 from kuberhealthy.seams import ControlNeeds, ReaperNeeds, RunNeeds, WebNeeds
 from testbed.fakes import NODE, NS, REPORTING_URL, FakeServices, FakeStop, check_spec, khstate_of, report
+from testbed.fakes.readouts import skipped_count
 
 CHECK = check_spec("probe", timeout="60s")
 PAST_DEADLINE = 61.0  # seconds: CHECK's timeout, and a little
@@ -249,7 +250,7 @@ def test_a_checker_pod_deleted_by_someone_else_before_it_reported_skips_the_run(
     assert result.duration == 0.0  # at once, not at the deadline
     s = state(fake_services)
     assert s.ok is True and s.errors == () and s.last_run is None
-    assert fake_services.stats.skipped_count("pod-deleted") == 1
+    assert skipped_count(fake_services.stats, "pod-deleted") == 1
     assert not fake_services.api.made("evict_pod")
 
 
@@ -295,7 +296,7 @@ def test_a_run_the_api_server_is_away_for_is_skipped_not_failed(fake_services: F
     fake_services.api.down = True
     result = Run(fake_services).result()
     assert result.outcome is Outcome.SKIPPED and result.skip_reason == "api-unavailable"
-    assert fake_services.stats.skipped_count("api-unavailable") == 1
+    assert skipped_count(fake_services.stats, "api-unavailable") == 1
     fake_services.api.down = False
     assert fake_services.api.peek(KHSTATES, NS, "probe") is None and not fake_services.api.objects(PODS)
 
@@ -341,7 +342,7 @@ def test_stopping_a_run_mid_way_removes_its_pod_and_records_no_failure(fake_serv
     assert [c.name for c in fake_services.api.made("evict_pod")] == [pod["metadata"]["name"]]
     s = state(fake_services)
     assert s.ok is True and s.errors == () and s.last_run is None
-    assert fake_services.stats.skipped_count("api-unavailable") == 0
+    assert skipped_count(fake_services.stats, "api-unavailable") == 0
 
 
 class Points:

@@ -21,7 +21,7 @@ from pathlib import Path
 from flask import Flask, Response, current_app, get_template_attribute, jsonify, render_template, request
 from werkzeug.datastructures import MIMEAccept
 
-from kuberhealthy.records.history import format_time
+from kuberhealthy.base.times import format_time
 from kuberhealthy.records.runnow import RUN_NOW_ANNOTATION
 from kuberhealthy.web.context import WebContext, context, plain
 from kuberhealthy.web.dashboard import changelog
@@ -123,7 +123,7 @@ def overview() -> Response:
     filt = dashview.Filter.of(request.args)
     shown = sum(1 for r in rows if filt.matches(r))
     html = render_template("dashboard/overview.html", **_common(ctx, now), token=token, filt=filt,
-                           summary=dashview.summary([b.view for b in built], ctx.services.current_master()),
+                           summary=dashview.banner([b.view for b in built], ctx.services.current_master()),
                            groups=dashview.groups(rows), shown=shown, total=len(rows),
                            namespaces=sorted({r.namespace for r in rows}), states=dashview.STATE_TEXT,
                            form_action=request.path)
@@ -131,7 +131,7 @@ def overview() -> Response:
                            headers={"Cache-Control": "no-cache"}))
 
 
-def _banner(summary: dashview.Summary) -> dict[str, object]:
+def _banner(summary: dashview.Banner) -> dict[str, object]:
     return {"healthy": summary.healthy, "headline": summary.headline, "master": summary.master or "none",
             "running": summary.running, "total": summary.total, "failing": summary.failing}
 
@@ -175,7 +175,7 @@ def overview_live() -> Response:
         if r_id in wanted:
             out.append({"id": r_id, "ns": b.view["namespace"], "html": str(render_row(dashview.row(b.view, now)))})
     return _json(delta.token, full=delta.full, now=format_time(now), nowMs=int(now * 1000),
-                 banner=_banner(dashview.summary([b.view for b in built], ctx.services.current_master())),
+                 banner=_banner(dashview.banner([b.view for b in built], ctx.services.current_master())),
                  rows=out, removed=delta.removed)
 
 

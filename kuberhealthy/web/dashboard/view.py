@@ -1,8 +1,8 @@
-"""What the dashboard shows, computed from the JSON API's entries (checkview.View): rows, groups, the
+"""What the dashboard shows, computed from the JSON API's entries (web/views.py's View): rows, groups, the
 health summary, the filter, the text of times and durations, and which rows changed since a poll.
 
 The dashboard's templates render these; its script keeps the page current by asking `/dashboard/live`
-what changed since the generation it holds (web/changelog.py) and swapping in the server-rendered
+what changed since the generation it holds (changelog.py) and swapping in the server-rendered
 rows, so the script never re-implements a row. Times are sent as RFC3339 in `datetime` attributes and their
 text ("2 min ago", "in 40 s") is written here for the first paint and by the script afterwards, with
 the same rules (relative() and countdown() below; dashboard.js mirrors them).
@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from kuberhealthy.base.durations import parse_duration
-from kuberhealthy.records.history import SKIPPED, parse_time
+from kuberhealthy.base.times import parse_time
+from kuberhealthy.records.history import SKIPPED
 from kuberhealthy.web.views import FAILING, JOB, NEVER_RUN, OK, View
 
 RANK = {FAILING: 0, NEVER_RUN: 1, OK: 2}  # failing first, then never run, then OK
@@ -168,10 +169,6 @@ class Row:
         return f"{self.namespace}/{self.name}"
 
     @property
-    def state_text(self) -> str:
-        return STATE_TEXT.get(self.state, self.state)
-
-    @property
     def sort(self) -> tuple[int, str, str]:
         return (self.rank, self.name, self.kind)
 
@@ -225,8 +222,8 @@ def groups(rows: Iterable[Row]) -> list[Group]:
 
 
 @dataclass(frozen=True)
-class Summary:
-    """The health banner."""
+class Banner:
+    """The health banner above the overview: how many checks, failing, never run, running; who leads."""
 
     total: int
     failing: int
@@ -247,8 +244,8 @@ class Summary:
         return f"{self.failing} of {self.total} failing"
 
 
-def summary(views: Sequence[View], master: str) -> Summary:
-    return Summary(total=len(views), failing=sum(1 for v in views if v["state"] == FAILING),
+def banner(views: Sequence[View], master: str) -> Banner:
+    return Banner(total=len(views), failing=sum(1 for v in views if v["state"] == FAILING),
                    never_run=sum(1 for v in views if v["state"] == NEVER_RUN),
                    running=sum(1 for v in views if v.get("currentRun")), master=master)
 
@@ -268,10 +265,6 @@ class Filter:
         state = args.get("state", "")
         return cls(text=args.get("q", "").strip()[:200], namespace=args.get("ns", "").strip()[:253],
                    state=state if state in STATES else "")
-
-    @property
-    def active(self) -> bool:
-        return bool(self.text or self.namespace or self.state)
 
     def shows(self, rows: Iterable[Row]) -> bool:
         return any(self.matches(r) for r in rows)

@@ -1,31 +1,38 @@
-"""Who is reporting: find the checker pod behind a report, and check it may report.
+"""Who is reporting: find the checker pod behind a report and say whether it may report, as a verdict.
 
-A caller names its run with the `kh-run-uuid` header (pod found by label `kuberhealthy-run-id`) or,
-without it, is known by its source address (the one Running pod with that pod IP; pods on the host
-network share the node's IP, so they need the header). As in v2, the pod must then carry the
-check-name annotation and a `KH_RUN_UUID` env var. Whether that UUID is still the khstate's current
-one is decided when the report is stored (khstate.record_report), against the API server.
+The route hands the request over once (`CallerRules.judge`) and gets back Accepted (the caller),
+Refused (a 4xx: status, counter reason, one-line text, the check for its ReportRejected Event) or
+NotYet (503 with Retry-After). No HTTP here, no storing, no Events: the route does those.
 
-Bound to the run's pod (CONTRACT section 11). The run's khstate claim names the pod the run created
+A projected ServiceAccount token (`Authorization: Bearer`, verified by tokens.py) names its pod, from
+any address; reportAuth `token` requires one. Otherwise the `kh-run-uuid` header names the run (pod
+found by label `kuberhealthy-run-id`), or else the source address does (the one Running pod with
+that pod IP; hostNetwork pods share the node's IP, so they need the header). As in v2, the pod must
+carry the check-name annotation and a `KH_RUN_UUID` env var. A header-path report must come from the
+pod's or its node's address (reportSourceCheck); another checker pod's address is always refused.
+Whether the UUID is still the khstate's current one is decided when the report is stored.
+
+Bound to the run's pod (docs/interface.md#report-authenticity). The run's khstate claim names the pod the run created
 and the hash of a secret on it (khstate.RunClaim): of the pods found, only that one may report.
 Other pods with the same label, env or address (a look-alike) are ignored, never counted as
 duplicates; a report for a run that is over, or whose pod has finished, is refused. A claim without a
 pod name (written by an older daemon during an upgrade) binds to the earliest-created candidate.
 
 Looking up never lists the cluster per report: the pod cache answers, after waiting briefly for a
-pod created a moment ago. Only when the cache has not seen the caller does one bounded read by label
-(or by pod IP) ask the API server. When neither can say yet — the read failed, or the cache is not
-current — the answer is CallerNotYetKnown (503 with Retry-After), never a 400: a genuine checker
-must not lose its report to a lagging or absent control plane.
+pod created a moment ago; only a cache miss costs one bounded read by label (or by pod IP). When
+neither can say yet — the read failed, or the cache is not current — the verdict is NotYet, never a
+refusal: a genuine checker must not lose its report to a lagging or absent control plane.
 """
 from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import logging
 import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeAlias
 
 from kuberhealthy.base.errors import ApiError
 from kuberhealthy.base.notify import Notifier
@@ -34,6 +41,12 @@ from kuberhealthy.checkclient import ENV_RUN_UUID as KH_RUN_UUID
 from kuberhealthy.kube import Cache, Obj
 from kuberhealthy.records.checkpod import CHECK_NAME_ANNOTATION, RUN_ID_LABEL, pod_ip_index, pod_run_key, run_key_sha256
 from kuberhealthy.records.khstate import RunClaim
+from kuberhealthy.seams import WebNeeds
+from kuberhealthy.web.report import stats
+from kuberhealthy.web.report.stats import ReportStats
+from kuberhealthy.web.report.tokens import InvalidToken, TokenNotYetVerified, TokenVerifier
+
+logger = logging.getLogger(__name__)
 
 _LABEL_VALUE = re.compile(r"^(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)$")
 
@@ -84,6 +97,32 @@ class Caller:
     pod_ips: tuple[str, ...] = ()
     host_ip: str = ""  # the node's address: where a hostNetwork or SNATed pod's requests come from
     state: Obj | None = None  # the khstate the run was bound against (a hint for the write)
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """The caller may report: its run's own pod."""
+    caller: Caller
+
+
+@dataclass(frozen=True)
+class Refused:
+    """The caller may not report: a 4xx (401: the token). `reason` labels the rejected counter
+    (stats.REASONS), `text` is the one-line answer, `check` the check the report was for when known
+    (its ReportRejected Event)."""
+    code: int
+    reason: str
+    text: str
+    check: tuple[str, str] | None = None
+
+
+@dataclass(frozen=True)
+class NotYet:
+    """The caller can be neither confirmed nor refused right now (control plane away or lagging): 503."""
+    text: str
+
+
+Verdict: TypeAlias = Accepted | Refused | NotYet
 
 
 def normalize_ip(remote_addr: str) -> str | None:
@@ -198,7 +237,7 @@ class CallerFinder:
         return self._bound([pod], "token", end, last=True)
 
     def _bound(self, pods: list[Obj], selector: str, end: float, last: bool = False) -> Caller:
-        """The one candidate its run's claim names (module docstring). _NotBound when there is none."""
+        """The one candidate its run's claim names (module docstring); NotTheRunsPod when there is none."""
         found: list[tuple[Obj, Caller]] = []
         first_error: UnknownCaller | None = None
         for pod in pods:
@@ -260,10 +299,8 @@ class CallerFinder:
                              khstates.topic("key", f"{caller.namespace}/{caller.check}"), end - READ_RESERVE)
         if state:
             return state[0]
-        if self._read_state is None:
-            return khstates.get(caller.namespace, caller.check)
         left = end - self._clock()
-        if left < 0.1:
+        if self._read_state is None or left < 0.1:
             return khstates.get(caller.namespace, caller.check)  # stale or not: the write decides
         try:
             return self._read_state(caller.namespace, caller.check, left)
@@ -273,12 +310,8 @@ class CallerFinder:
     def _read(self, run_uuid: str | None, ip: str | None, end: float, selector: str) -> list[Obj]:
         """The fallback: one bounded read, for a pod the cache has not seen (yet)."""
         current = self._pods.is_current()
-        if self._fallback is None:
-            if current:
-                raise UnknownCaller(f"failed to find a pod with selector {selector}")
-            raise CallerNotYetKnown("the pod cache is not current; try again shortly")
         left = end - self._clock()
-        if left < 0.1:
+        if self._fallback is None or left < 0.1:
             if current:
                 raise UnknownCaller(f"failed to find a pod with selector {selector}")
             raise CallerNotYetKnown("the pod cache is not current; try again shortly")
@@ -324,3 +357,112 @@ class CallerFinder:
         return Caller(namespace=namespace, pod_name=str(meta.get("name") or ""), check=check,
                       run_uuid=run_uuid, selector=selector, deadline=deadline, pod_uid=str(meta.get("uid") or ""),
                       pod_ips=tuple(pod_ip_index(pod)), host_ip=str((pod.get("status") or {}).get("hostIP") or ""))
+
+
+class CallerRules:
+    """The caller rules for one report, over the web app's caches: build one per request, call judge()."""
+
+    def __init__(self, services: WebNeeds, tokens: TokenVerifier, wait: float, report_stats: ReportStats) -> None:
+        self._services = services
+        self._tokens = tokens
+        self._report_stats = report_stats
+        self._finder = CallerFinder(services.pods, services.notifier, wait, services.read_checker_pods,
+                                    khstates=services.khstates, read_state=services.read_khstate)
+
+    def judge(self, run_uuid: str, token: str | None, remote: str, end: float) -> Verdict:
+        """Who sent the report: by the token (any address) or the uuid header / source address (the
+        run's pod only). `run_uuid` is the header's value ("" without it), `token` the bearer token
+        (None without one), `remote` the peer address, `end` the request's monotonic deadline."""
+        try:
+            return self._judge(run_uuid, token, remote, end)
+        except CallerNotYetKnown as e:
+            return NotYet(str(e))
+
+    def _judge(self, run_uuid: str, token: str | None, remote: str, end: float) -> Verdict:
+        config = self._services.config
+        unverified: CallerNotYetKnown | None = None
+        if token is not None:
+            try:
+                return self._by_token(token, run_uuid, end)
+            except CallerNotYetKnown as e:
+                # The API server cannot review the token now (away, or RBAC without tokenreviews).
+                # With token-or-uuid the uuid rules would take this report without the token: let them
+                # decide, so our checkclient (always sending it) fares no worse than a v2 client.
+                if config.report_auth == "token":
+                    raise
+                unverified = e
+        elif config.report_auth == "token":
+            return Refused(401, stats.TOKEN_REQUIRED, "a ServiceAccount token is required: send the file named by "
+                           "KH_REPORT_TOKEN_FILE as Authorization: Bearer <token> (reportAuth: token)")
+        verdict = self._by_uuid(run_uuid, remote, end)
+        if unverified is not None:
+            if isinstance(verdict, Refused):  # the token may still prove it once it can be reviewed: not final
+                raise unverified
+            logger.warning("token not reviewed (%s); the report's uuid rules identified pod %s/%s", unverified,
+                           verdict.caller.namespace, verdict.caller.pod_name)
+        return verdict
+
+    def _by_uuid(self, run_uuid: str, remote: str, end: float) -> Accepted | Refused:
+        """The uuid header / source address path: the run's pod only, then the header path's source check."""
+        try:
+            caller = self._finder.find(run_uuid or None, remote, end)
+        except RunIsOver as e:
+            return Refused(400, stats.RUN_OVER, str(e), check=e.check)
+        except NotTheRunsPod as e:
+            return Refused(400, stats.NOT_RUN_POD, str(e), check=e.check)
+        except UnknownCaller as e:
+            return Refused(400, stats.UNKNOWN_CALLER, str(e))
+        refused = self._check_source(caller, remote) if run_uuid else None
+        return refused or Accepted(caller)
+
+    def _by_token(self, token: str, run_uuid: str, end: float) -> Accepted | Refused:
+        """The token path: the token's pod (cache, else one read), which must be its run's pod."""
+        try:
+            who = self._tokens.verify(token, end - time.monotonic())
+        except InvalidToken as e:
+            return Refused(401, stats.TOKEN_INVALID, str(e))
+        except TokenNotYetVerified as e:
+            raise CallerNotYetKnown(str(e)) from e
+        services = self._services
+        pod = services.pods.get(who.namespace, who.name)
+        if pod is None or (pod.get("metadata") or {}).get("uid") != who.uid:
+            try:
+                pod = services.read_checker_pod(who.namespace, who.name, max(0.1, end - time.monotonic()))
+            except ApiError as e:
+                raise CallerNotYetKnown(f"cannot look up the token's pod right now: {e}") from e
+        if pod is None or (pod.get("metadata") or {}).get("uid") != who.uid:
+            return Refused(400, stats.TOKEN_OTHER_POD, f"the token's pod {who.namespace}/{who.name} is not a checker "
+                           "pod that may report")
+        try:
+            caller = self._finder.find_pod(pod, end)
+        except (NotTheRunsPod, RunIsOver) as e:
+            reason = stats.RUN_OVER if isinstance(e, RunIsOver) else stats.TOKEN_OTHER_POD
+            return Refused(400, reason, f"token of pod {who.namespace}/{who.name}: {e}", check=e.check)
+        if run_uuid and run_uuid != caller.run_uuid:
+            return Refused(400, stats.TOKEN_OTHER_POD, f"the token's pod {who.namespace}/{who.name} runs "
+                           f"{caller.run_uuid}, not {run_uuid[:80]}")
+        return Accepted(caller)
+
+    def _check_source(self, caller: Caller, remote: str) -> Refused | None:
+        """Header path: the request should come from the pod's IP or its node's (hostNetwork, SNAT)."""
+        services = self._services
+        mode = services.config.report_source_check
+        verdict = source_verdict(caller, remote, services.pods)
+        if verdict == SOURCE_OK:
+            return None
+        source = normalize_ip(remote) or remote
+        check = (caller.namespace, caller.check)
+        if verdict == SOURCE_OTHER_POD:  # a pod we know, not the run's: a look-alike using the run's uuid
+            return Refused(400, stats.NOT_RUN_POD, f"report with the uuid of run {caller.run_uuid} came from "
+                           f"{source}, the address of another pod, not of {caller.namespace}/{caller.pod_name}",
+                           check=check)
+        if mode == "off":
+            return None
+        text = (f"report for pod {caller.namespace}/{caller.pod_name} came from {source!r}, neither the pod's "
+                f"address ({', '.join(caller.pod_ips) or 'none yet'}) nor its node's ({caller.host_ip or 'unknown'})")
+        if mode == "enforce":
+            self._report_stats.source_mismatch.labels("refused").inc()
+            return Refused(400, stats.SOURCE, text + " (reportSourceCheck: enforce)", check=check)
+        self._report_stats.source_mismatch.labels("accepted").inc()
+        logger.warning("%s; accepted (reportSourceCheck: warn)", text)
+        return None

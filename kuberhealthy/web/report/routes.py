@@ -1,12 +1,12 @@
 """`POST /externalCheckStatus`: a checker pod reports its run's result.
 
 Order of work: the per-source rate limit (429), read the body (bounded: 413 past MAX_BODY), decode
-and check it, identify the caller — by a projected ServiceAccount token (web/tokens.py: any address,
-401 when it fails verification) or by the uuid header / source address — and bind it to the pod its
-run created (web/caller.py: a look-alike, a finished pod or an ended run → 400), check the header
-path's source address (config reportSourceCheck), then store through khstate.record_report, which
-refuses (StaleReport) unless the pod's run UUID is still the current one. Every refusal is a 4xx with one
-line of plain text and writes nothing; 500 means only that storing failed for a lasting reason.
+and check it (body.py), hand the request to the caller rules once (caller.py: the token, the uuid
+header or the source address, bound to the run's pod, the header path's source check) and turn
+their verdict into the answer, then store through khstate.record_report, which refuses
+(StaleReport) unless the pod's run UUID is still the current one. Every refusal is a 4xx with one
+line of plain text and writes nothing (a refusal for a known check also raises a ReportRejected
+Event); 500 means only that storing failed for a lasting reason.
 
 The control plane being away is not the checker's fault, so it never costs a report:
   * the caller cannot be confirmed yet (API unreachable, pod cache not current) → 503 + Retry-After;
@@ -26,27 +26,17 @@ import uuid
 from flask import Blueprint, Response, request
 
 from kuberhealthy.base.errors import ApiError, KuberhealthyError, is_transient
+from kuberhealthy.base.times import utcnow
 from kuberhealthy.checkclient import RUN_UUID_HEADER
 from kuberhealthy.outputs.events import KIND_CHECK, KIND_JOB, ObjectRef
 from kuberhealthy.outputs.heldreports import Held
-from kuberhealthy.records.khstate import StaleReport, record_report, utcnow
+from kuberhealthy.records.khstate import StaleReport, record_report
 from kuberhealthy.web.context import context, plain
 from kuberhealthy.web.ratelimit import RateLimiter
 from kuberhealthy.web.report import stats
 from kuberhealthy.web.report.body import MAX_BODY, BadReport, parse_report
-from kuberhealthy.web.report.caller import (
-    SOURCE_OK,
-    SOURCE_OTHER_POD,
-    Caller,
-    CallerFinder,
-    CallerNotYetKnown,
-    NotTheRunsPod,
-    RunIsOver,
-    UnknownCaller,
-    normalize_ip,
-    source_verdict,
-)
-from kuberhealthy.web.report.tokens import InvalidToken, TokenNotYetVerified, bearer
+from kuberhealthy.web.report.caller import CallerRules, NotYet, Refused, normalize_ip
+from kuberhealthy.web.report.tokens import bearer
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +46,7 @@ TOO_LARGE = f"request body is larger than {MAX_BODY} bytes"
 REQUEST_BUDGET = 2.0  # seconds a report may hold a server thread (cache wait, fallback read, write)
 RETRY_AFTER = "2"  # seconds, for 503 answers
 HOLD_DEFAULT = 600.0  # seconds a held report lives when its pod carries no readable deadline
+BEARER_CHALLENGE = {"WWW-Authenticate": 'Bearer realm="kuberhealthy"'}  # on every 401
 
 
 def read_body(limit: int = MAX_BODY) -> bytes | None:
@@ -87,7 +78,7 @@ def external_check_status() -> Response:
     if not ctx.report_slots.acquire(blocking=False):
         return _answer(plain(503, "too many reports in flight; try again shortly", {"Retry-After": RETRY_AFTER}))
     try:
-        return _answer(_report(time.monotonic() + REQUEST_BUDGET))
+        return _answer(_report(time.monotonic() + REQUEST_BUDGET, source))
     finally:
         ctx.report_slots.release()
 
@@ -95,13 +86,6 @@ def external_check_status() -> Response:
 def _answer(response: Response) -> Response:
     context().report_stats.answered(response.status_code)
     return response
-
-
-class _Refused(Exception):
-    def __init__(self, code: int, reason: str, text: str, headers: dict[str, str] | None = None,
-                 check: tuple[str, str] | None = None) -> None:
-        super().__init__(text)
-        self.code, self.reason, self.text, self.headers, self.check = code, reason, text, headers or {}, check
 
 
 def _rejected_event(check: tuple[str, str], reason: str, source: str) -> None:
@@ -119,109 +103,8 @@ def _rejected_event(check: tuple[str, str], reason: str, source: str) -> None:
     services.events.report_rejected(ObjectRef(kind, namespace, name, uid), f"{reason}, from {source}")
 
 
-def _caller(run_uuid: str, token: str | None, remote: str, end: float) -> Caller:
-    """Who reports, by the token (any address) or the uuid header / source address (the run's pod only)."""
-    ctx = context()
-    services = ctx.services
-    finder = CallerFinder(services.pods, services.notifier, ctx.caller_wait, services.read_checker_pods,
-                          khstates=services.khstates, read_state=services.read_khstate)
-    unverified: CallerNotYetKnown | None = None
-    try:
-        if token is not None:
-            try:
-                return _caller_by_token(finder, token, run_uuid, end)
-            except CallerNotYetKnown as e:
-                # The API server cannot review the token now (away, or RBAC without tokenreviews).
-                # With token-or-uuid the uuid rules would take this report without the token: let them
-                # decide, so our checkclient (always sending it) fares no worse than a v2 client.
-                if services.config.report_auth == "token":
-                    raise
-                unverified = e
-        elif services.config.report_auth == "token":
-            raise _Refused(401, stats.TOKEN_REQUIRED, "a ServiceAccount token is required: send the file named "
-                           "by KH_REPORT_TOKEN_FILE as Authorization: Bearer <token> (reportAuth: token)",
-                           {"WWW-Authenticate": 'Bearer realm="kuberhealthy"'})
-        caller = _by_uuid(finder, run_uuid, remote, end)
-    except _Refused:
-        if unverified is not None:  # the token may still prove it once it can be reviewed: not final
-            raise unverified from None
-        raise
-    if unverified is not None:
-        logger.warning("token not reviewed (%s); the report's uuid rules identified pod %s/%s", unverified,
-                       caller.namespace, caller.pod_name)
-    return caller
-
-
-def _by_uuid(finder: CallerFinder, run_uuid: str, remote: str, end: float) -> Caller:
-    """The uuid header / source address path: the run's pod only, then the header path's source check."""
-    try:
-        caller = finder.find(run_uuid or None, remote, end)
-    except RunIsOver as e:
-        raise _Refused(400, stats.RUN_OVER, str(e), check=e.check) from e
-    except NotTheRunsPod as e:
-        raise _Refused(400, stats.NOT_RUN_POD, str(e), check=e.check) from e
-    except UnknownCaller as e:
-        raise _Refused(400, stats.UNKNOWN_CALLER, str(e)) from e
-    if run_uuid:
-        _check_source(caller, remote)
-    return caller
-
-
-def _caller_by_token(finder: CallerFinder, token: str, run_uuid: str, end: float) -> Caller:
-    ctx = context()
-    try:
-        who = ctx.tokens.verify(token, end - time.monotonic())
-    except InvalidToken as e:
-        raise _Refused(401, stats.TOKEN_INVALID, str(e), {"WWW-Authenticate": 'Bearer realm="kuberhealthy"'}) from e
-    except TokenNotYetVerified as e:
-        raise CallerNotYetKnown(str(e)) from e
-    services = ctx.services
-    pod = services.pods.get(who.namespace, who.name)
-    if pod is None or (pod.get("metadata") or {}).get("uid") != who.uid:
-        try:
-            pod = services.read_checker_pod(who.namespace, who.name, max(0.1, end - time.monotonic()))
-        except ApiError as e:
-            raise CallerNotYetKnown(f"cannot look up the token's pod right now: {e}") from e
-    if pod is None or (pod.get("metadata") or {}).get("uid") != who.uid:
-        raise _Refused(400, stats.TOKEN_OTHER_POD, f"the token's pod {who.namespace}/{who.name} is not a checker pod "
-                       "that may report")
-    try:
-        caller = finder.find_pod(pod, end)
-    except (NotTheRunsPod, RunIsOver) as e:
-        reason = stats.RUN_OVER if isinstance(e, RunIsOver) else stats.TOKEN_OTHER_POD
-        raise _Refused(400, reason, f"token of pod {who.namespace}/{who.name}: {e}",
-                       check=getattr(e, "check", None)) from e
-    if run_uuid and run_uuid != caller.run_uuid:
-        raise _Refused(400, stats.TOKEN_OTHER_POD, f"the token's pod {who.namespace}/{who.name} runs "
-                       f"{caller.run_uuid}, not {run_uuid[:80]}")
-    return caller
-
-
-def _check_source(caller: Caller, remote: str) -> None:
-    """Header path: the request should come from the pod's IP or its node's (hostNetwork, SNAT)."""
-    services = context().services
-    mode = services.config.report_source_check
-    verdict = source_verdict(caller, remote, services.pods)
-    if verdict == SOURCE_OK:
-        return
-    source = normalize_ip(remote) or remote
-    check = (caller.namespace, caller.check)
-    if verdict == SOURCE_OTHER_POD:  # a pod we know, not the run's: a look-alike using the run's uuid
-        raise _Refused(400, stats.NOT_RUN_POD, f"report with the uuid of run {caller.run_uuid} came from {source}, "
-                       f"the address of another pod, not of {caller.namespace}/{caller.pod_name}", check=check)
-    if mode == "off":
-        return
-    text = (f"report for pod {caller.namespace}/{caller.pod_name} came from {source!r}, neither the "
-            f"pod's address ({', '.join(caller.pod_ips) or 'none yet'}) nor its node's ({caller.host_ip or 'unknown'})")
-    report_stats = context().report_stats
-    if mode == "enforce":
-        report_stats.source_mismatch.labels("refused").inc()
-        raise _Refused(400, stats.SOURCE, text + " (reportSourceCheck: enforce)", check=check)
-    report_stats.source_mismatch.labels("accepted").inc()
-    logger.warning("%s; accepted (reportSourceCheck: warn)", text)
-
-
-def _report(end: float) -> Response:
+def _report(end: float, source: str) -> Response:
+    """The answer to one report from `source` (the peer address, normalized), within the monotonic `end`."""
     rid = "web-" + uuid.uuid4().hex[:12]
     headers = {"X-Request-Id": rid}
     ctx = context()
@@ -237,7 +120,7 @@ def _report(end: float) -> Response:
         ctx.report_stats.reject(reason)
         logger.info("report %s from %s: refused (%d, %s): %s", rid, who, code, reason, text)
         if check is not None:
-            _rejected_event(check, reason, normalize_ip(remote) or remote)
+            _rejected_event(check, reason, source)
         return plain(code, text, {**headers, **(extra or {})})
 
     body = read_body()
@@ -251,13 +134,14 @@ def _report(end: float) -> Response:
     received = utcnow()
 
     services = ctx.services
-    try:
-        caller = _caller(run_uuid, token, remote, end)
-    except _Refused as e:
-        return refuse(e.code, e.reason, e.text, e.headers, e.check)
-    except CallerNotYetKnown as e:
-        logger.warning("report %s from %s: not yet (503): %s", rid, who, e)
-        return plain(503, str(e), {**headers, "Retry-After": RETRY_AFTER})
+    verdict = CallerRules(services, ctx.tokens, ctx.caller_wait, ctx.report_stats).judge(run_uuid, token, remote, end)
+    if isinstance(verdict, NotYet):
+        logger.warning("report %s from %s: not yet (503): %s", rid, who, verdict.text)
+        return plain(503, verdict.text, {**headers, "Retry-After": RETRY_AFTER})
+    if isinstance(verdict, Refused):
+        return refuse(verdict.code, verdict.reason, verdict.text, BEARER_CHALLENGE if verdict.code == 401 else None,
+                      verdict.check)
+    caller = verdict.caller
 
     target = f"{caller.namespace}/{caller.check}"
     who = f"pod {caller.namespace}/{caller.pod_name} ({caller.selector})"

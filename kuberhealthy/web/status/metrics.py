@@ -10,7 +10,7 @@ prometheus-client, so quotes, backslashes and newlines are escaped and the outpu
 
 A custom collector on its own registry: no process/platform collectors, no state kept between scrapes.
 
-Beside them (ours, CONTRACT section 12), per khcheck, labels {check="<ns>/<name>",namespace}, from the
+Beside them (ours, README.md#metrics), per khcheck, labels {check="<ns>/<name>",namespace}, from the
 JSON API's entries (checkview.ViewCache, so from the khstate's persisted counters: they survive
 restarts and leader changes, and every replica exports the same values):
   kuberhealthy_check_consecutive_failures            failed runs since the last OK one
@@ -29,8 +29,9 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from kuberhealthy.base.config import PromMetrics
 from kuberhealthy.base.durations import parse_duration
-from kuberhealthy.records.history import parse_time
-from kuberhealthy.web.status.page import Details, Summary, valid_text
+from kuberhealthy.base.times import parse_time
+from kuberhealthy.web.status.gojson import valid_text
+from kuberhealthy.web.status.page import Details, StatusSummary
 
 
 def error_label(errors: tuple[str, ...] | None, config: PromMetrics) -> str:
@@ -57,7 +58,7 @@ def duration_seconds(run_duration: str) -> float:
 class KuberhealthyCollector(Collector):
     """Reads the summary at each scrape; never blocks on the API."""
 
-    def __init__(self, summary: Callable[[], Summary], current_master: Callable[[], str],
+    def __init__(self, summary: Callable[[], StatusSummary], current_master: Callable[[], str],
                  config: PromMetrics | Callable[[], PromMetrics]) -> None:
         self._summary = summary
         self._current_master = current_master
@@ -184,7 +185,7 @@ class InfluxCollector(Collector):
                                   value=float(self._dropped()))
 
 
-def make_registry(summary: Callable[[], Summary], current_master: Callable[[], str],
+def make_registry(summary: Callable[[], StatusSummary], current_master: Callable[[], str],
                   config: PromMetrics | Callable[[], PromMetrics], cache_status: CacheStatus | None = None,
                   extra: Iterable[Collector] = ()) -> CollectorRegistry:
     """A registry holding only Kuberhealthy's collectors (what `/metrics` exposes)."""

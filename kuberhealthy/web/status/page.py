@@ -5,7 +5,7 @@ v2 serves `GET /` as Go's `json.MarshalIndent(state, "", "  ")` of
 so they are reproduced exactly: struct field order, map keys sorted, Go's string escaping (`<`, `>`,
 `&`, U+2028/U+2029 as `\\u....`, control characters as `\\u00xx`, invalid text as U+FFFD), `null` for a
 khstate whose Errors is absent, `LastRun` re-formatted the way `metav1.Time` marshals (UTC, whole
-seconds, omitted when unset).
+seconds, omitted when unset). Those encodings are gojson.py's; this module lays out the document.
 
 Rules (as v2): khstates with an empty AuthoritativePod never ran and are hidden; top-level OK is false
 and Errors collects every non-blank error of the visible khstates as soon as one has any. Ours: a
@@ -18,9 +18,6 @@ request. It reads caches; it never calls the API and knows nothing about HTTP.
 """
 from __future__ import annotations
 
-import datetime as dt
-import json
-import re
 import threading
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
@@ -28,81 +25,7 @@ from typing import Protocol
 
 from kuberhealthy.kube import Obj
 from kuberhealthy.records.khstate import WORKLOAD_JOB, RunClaim, finished_uuid
-
-# Go's unicode.IsSpace, which strings.TrimSpace uses (Python's str.isspace also counts \x1c-\x1f).
-GO_SPACE = "\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a" \
-           "\u2028\u2029\u202f\u205f\u3000"
-
-_NEEDS_SLOW_PATH = re.compile("[\b\f<>&\u2028\u2029\ud800-\udfff]")
-_RFC3339 = re.compile(r"^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(\.\d+)?(Z|[+-]\d{2}:\d{2})$")
-_HEX = "0123456789abcdef"
-
-
-def is_blank(text: str) -> bool:
-    """True when Go's strings.TrimSpace would leave nothing."""
-    return not text.strip(GO_SPACE)
-
-
-def valid_text(text: str) -> str:
-    """Replace lone surrogates (invalid UTF-8 on the wire) with U+FFFD, as Go's decoder does."""
-    if not any("\ud800" <= c <= "\udfff" for c in text):
-        return text
-    return "".join("\ufffd" if "\ud800" <= c <= "\udfff" else c for c in text)
-
-
-def go_json_string(text: str) -> str:
-    """A JSON string literal exactly as Go's encoding/json writes it (HTML-safe escaping on)."""
-    if not _NEEDS_SLOW_PATH.search(text):
-        return json.dumps(text, ensure_ascii=False)
-    out = ['"']
-    for c in text:
-        o = ord(c)
-        if c == '"':
-            out.append('\\"')
-        elif c == "\\":
-            out.append("\\\\")
-        elif c == "\n":
-            out.append("\\n")
-        elif c == "\r":
-            out.append("\\r")
-        elif c == "\t":
-            out.append("\\t")
-        elif o < 0x20 or c in "<>&":
-            out.append("\\u00" + _HEX[o >> 4] + _HEX[o & 0xF])
-        elif c in "\u2028\u2029":
-            out.append(f"\\u{o:04x}")
-        elif 0xD800 <= o <= 0xDFFF:
-            out.append("\\ufffd")
-        else:
-            out.append(c)
-    out.append('"')
-    return "".join(out)
-
-
-def go_time(value: object) -> str | None:
-    """`LastRun` as metav1.Time re-marshals it: RFC3339 in UTC, whole seconds; None (omitted) if unset.
-
-    Go fails to decode a khstate whose LastRun is not RFC3339; we omit the field instead.
-    The zero time marshals as the literal `null`, returned here as "null".
-    """
-    if not isinstance(value, str):
-        return None
-    m = _RFC3339.match(value)
-    if not m:
-        return None
-    try:
-        offset = dt.timezone.utc
-        zone = m.group(8)
-        if zone != "Z":
-            sign = -1 if zone[0] == "-" else 1
-            offset = dt.timezone(sign * dt.timedelta(hours=int(zone[1:3]), minutes=int(zone[4:6])))
-        when = dt.datetime(int(m.group(1)), int(m.group(2)), int(m.group(3)), int(m.group(4)),
-                           int(m.group(5)), int(m.group(6)), tzinfo=offset).astimezone(dt.timezone.utc)
-    except (ValueError, OverflowError):
-        return None
-    if when == dt.datetime(1, 1, 1, tzinfo=dt.timezone.utc):
-        return "null"
-    return '"' + when.strftime("%Y-%m-%dT%H:%M:%SZ") + '"'
+from kuberhealthy.web.status.gojson import go_json_string, go_time, is_blank, valid_text
 
 
 @dataclass(frozen=True)
@@ -130,7 +53,7 @@ def _spec_str(spec: Obj, key: str) -> str:
 
 
 def shown_uuid(obj: Obj) -> str:
-    """The `uuid` the page shows: never that of a run that can still report (CONTRACT section 11). A run
+    """The `uuid` the page shows: never that of a run that can still report (docs/interface.md#status-page). A run
     this daemon claimed (its pod named in the claim) and has not finished shows the last finished run's
     uuid instead ("" before any); a khstate no run of ours has claimed shows its uuid as v2 did."""
     claim = RunClaim.of(obj)
@@ -178,7 +101,7 @@ def details_of(obj: Obj, is_job: bool) -> Details:
 
 
 @dataclass(frozen=True)
-class Summary:
+class StatusSummary:
     """v2's health.State without CurrentMaster (that comes from the Lease, per request)."""
 
     ok: bool
@@ -187,10 +110,10 @@ class Summary:
     jobs: tuple[Details, ...]  # sorted by key
 
 
-EMPTY = Summary(ok=True, errors=(), checks=(), jobs=())
+EMPTY = StatusSummary(ok=True, errors=(), checks=(), jobs=())
 
 
-def summarize(entries: Iterable[Details], namespaces: Collection[str] | None = None) -> Summary:
+def summarize(entries: Iterable[Details], namespaces: Collection[str] | None = None) -> StatusSummary:
     """Hide never-run khstates, apply the namespace filter, gather the errors. `entries` in key order."""
     checks: list[Details] = []
     jobs: list[Details] = []
@@ -199,7 +122,7 @@ def summarize(entries: Iterable[Details], namespaces: Collection[str] | None = N
             continue
         (jobs if d.is_job else checks).append(d)
     errors = tuple(e for d in (*checks, *jobs) for e in (d.errors or ()) if not is_blank(e))
-    return Summary(ok=not errors, errors=errors, checks=tuple(checks), jobs=tuple(jobs))
+    return StatusSummary(ok=not errors, errors=errors, checks=tuple(checks), jobs=tuple(jobs))
 
 
 def _details_map(entries: tuple[Details, ...]) -> str:
@@ -208,7 +131,7 @@ def _details_map(entries: tuple[Details, ...]) -> str:
     return "{\n" + ",\n".join(d.fragment for d in entries) + "\n  }"
 
 
-def render_head(summary: Summary) -> str:
+def render_head(summary: StatusSummary) -> str:
     """Everything before CurrentMaster, which changes independently of the khstates."""
     if summary.errors:
         errors = "[\n" + ",\n".join("    " + go_json_string(e) for e in summary.errors) + "\n  ]"
@@ -222,7 +145,7 @@ def render_tail(current_master: str) -> str:
     return f'  "CurrentMaster": {go_json_string(valid_text(current_master))}\n}}'
 
 
-def render(summary: Summary, current_master: str) -> bytes:
+def render(summary: StatusSummary, current_master: str) -> bytes:
     """The status page: byte for byte what v2's MarshalIndent writes (no trailing newline)."""
     return (render_head(summary) + render_tail(current_master)).encode("utf-8")
 
@@ -256,7 +179,7 @@ class StatusCache:
         self._lock = threading.Lock()  # guards the fields below
         self._build_lock = threading.Lock()  # one rebuild at a time
         self._generation = 0  # bumped by every cache change
-        self._built: tuple[int, Summary, tuple[Details, ...]] = (-1, EMPTY, ())
+        self._built: tuple[int, StatusSummary, tuple[Details, ...]] = (-1, EMPTY, ())
         self._head: tuple[int, str] = (-1, "")
         self._page: tuple[int, str, bytes] = (-1, "", b"")
         self._memo: dict[str, tuple[str, bool, Details]] = {}  # key -> (resourceVersion, is_job, details)
@@ -272,10 +195,7 @@ class StatusCache:
         with self._lock:
             self._generation += 1
 
-    def invalidate(self) -> None:
-        self._changed("", {}, None)
-
-    def _current(self) -> tuple[int, Summary, tuple[Details, ...]]:
+    def _current(self) -> tuple[int, StatusSummary, tuple[Details, ...]]:
         built = self._built
         if built[0] == self._generation:
             return built
@@ -307,7 +227,7 @@ class StatusCache:
         self._memo = memo
         return tuple(memo[k][2] for k in sorted(memo))
 
-    def summary(self) -> Summary:
+    def summary(self) -> StatusSummary:
         """The unfiltered summary (what `/` without a filter and /metrics show)."""
         return self._current()[1]
 

@@ -11,9 +11,9 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from kuberhealthy.base.times import format_datetime, parse_time, utcnow
 from kuberhealthy.daemon.services import Services
 from kuberhealthy.records import khstate
-from kuberhealthy.records.history import parse_time
 from kuberhealthy.records.runnow import RUN_NOW_ANNOTATION
 from testbed.builders import khc, khcheck, khj, khjob
 from testbed.cluster import TestCluster
@@ -62,7 +62,7 @@ def test_every_check_and_job_is_listed_with_numbers_rfc3339_times_counters_and_h
     add_check(cluster, services, ns, "alpha", interval="2m", timeout="30s")
     add_check(cluster, services, ns, "fresh", interval="1h", timeout="1m")
     cluster.request("POST", khj(ns), khjob("alpha", timeout="45s"))
-    last_run = khstate.rfc3339(khstate.utcnow())
+    last_run = format_datetime(utcnow())
     maker.khstate("alpha", "u-finished", OK=False, Errors=["broken 2"], RunDuration="2.5s", Node="node-1",
                   LastRun=last_run, **history_keys("oof", now))
     wait_cached(services, ns, "alpha")
@@ -199,7 +199,7 @@ def test_the_per_check_metric_families_come_from_the_persisted_counters_and_pass
     add_check(cluster, services, ns, "never", interval="5m")
     keys = history_keys("ooff", now)
     maker.khstate("counted", "u", OK=False, Errors=["broken 3"], RunDuration="2.5s",
-                  LastRun=khstate.rfc3339(khstate.utcnow()), **keys)
+                  LastRun=format_datetime(utcnow()), **keys)
     wait_cached(services, ns, "counted")
     text = request(server, "GET", "/metrics").text
     samples = {(x.name, tuple(sorted(x.labels.items()))): x.value

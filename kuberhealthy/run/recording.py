@@ -1,0 +1,133 @@
+"""Writing one run's result: what leaves a run once it is decided.
+
+A run that reported gets RunDuration and Node in its khstate (khstate.record_result); a run that failed
+gets its execution error (khstate.record_error). Either write carries the run's history entry (with
+the checker's log tail when it failed and captureLogs is on), and is conditional on this run's uuid:
+a stopped or late run never overwrites the result of the run that followed it. After the write: the
+Event (a check failed, or recovered), the InfluxDB point, and the skip counter for a run not judged.
+Writes are retried through the run's Guard for a grace period past the deadline.
+
+This module does not decide how a run ended (runner.py) nor when evidence is trusted (guard.py).
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from kuberhealthy.base.durations import format_duration
+from kuberhealthy.base.errors import ApiError
+from kuberhealthy.kube import Obj
+from kuberhealthy.outputs.events import KIND_CHECK, KIND_JOB, ObjectRef
+from kuberhealthy.records import khstate
+from kuberhealthy.records.checkspec import CheckSpec
+from kuberhealthy.records.history import RunRecord
+from kuberhealthy.run.guard import Guard, Skipped
+from kuberhealthy.run.podstate import RunPod, node_of, read_log_tail
+from kuberhealthy.run.result import Outcome, RunResult
+from kuberhealthy.seams import RunNeeds
+
+GRACE = 10.0  # seconds past the deadline still spent writing a verdict (RECORD, an error)
+LOG_TIMEOUT = 3.0  # seconds for reading a failed checker's log tail
+
+
+class Recorder:
+    """Writes one run's result and remembers the khstate as this run last wrote it."""
+
+    def __init__(self, services: RunNeeds, check: CheckSpec, run_uuid: str, guard: Guard, wall_start: float,
+                 clock: Callable[[], float], wall: Callable[[], float],
+                 log: logging.LoggerAdapter[logging.Logger]) -> None:
+        self.services = services
+        self.check = check
+        self.run_uuid = run_uuid
+        self.guard = guard
+        self.wall_start = wall_start  # unix seconds: the run's start, for its history entry
+        self.clock = clock
+        self.wall = wall
+        self.log = log
+        self.written: Obj | None = None  # the khstate as this run last wrote it
+
+    def logs(self, pod: RunPod, deadline: float) -> str | None:
+        """The tail of the checker's log, for a failed run's history entry (captureLogs)."""
+        if not self.services.config.capture_logs or not pod.name:
+            return None
+        return read_log_tail(self.services.resources, self.check.namespace, pod.name, pod.last,
+                             max(0.5, min(LOG_TIMEOUT, deadline + GRACE - self.clock())))
+
+    def result(self, seconds: float, pod: RunPod, deadline: float, keep_logs: bool) -> None:
+        """The pod reported and exited: RunDuration (the real wall time of the run, `seconds`), Node and the
+        history entry; `keep_logs`: the checker reported a failure, so keep what it printed. Raises Stopped."""
+        ns, name, node = self.check.namespace, self.check.name, node_of(pod.last)
+        duration = format_duration(seconds)
+        until = max(deadline, self.clock() + GRACE)
+        logs = self.logs(pod, until) if keep_logs else None
+        history = self._history(lambda spec: RunRecord.reported(self.run_uuid, self.wall_start, seconds, node,
+                                                                pod.name, spec, logs))
+
+        def record(timeout: float) -> Obj | None:
+            return khstate.record_result(self.services.resources, ns, name, self.run_uuid, duration, node,
+                                         self.services.config.pod_name, hint=self.services.khstates.get(ns, name),
+                                         timeout=timeout, deadline=until, history=history, clock=self.clock)
+        try:
+            self.written = self.guard.call("record the run", record, until)
+        except (Skipped, ApiError) as e:
+            # The report itself is stored; only RunDuration/Node (and this run's history entry) are missing.
+            # Not a failure of the check.
+            self.log.warning("Could not record the run's duration and node: %s", e)
+            self.written = self.services.khstates.get(ns, name)
+        else:
+            spec = khstate.Spec.of(self.written or {})
+            if self.written is not None and not spec.ok:
+                self.services.events.check_failed(self._ref(), spec.errors[0] if spec.errors else "reported OK: false")
+            elif self.written is not None and history.previous_failures > 0:
+                self.services.events.check_recovered(self._ref(), history.previous_failures)
+
+    def failure(self, errors: list[str], reason: str, seconds: float, pod: RunPod, logs: str | None,
+                deadline: float) -> None:
+        """Write the execution error (only while the khstate still names this run). Raises Skipped when
+        the API stayed away through the grace period, Stopped on a stop."""
+        until = max(deadline, self.clock()) + GRACE
+        node = node_of(pod.last)
+        record = RunRecord.failed(self.run_uuid, self.wall_start, seconds, node,
+                                  pod.name if pod.last is not None else "", reason, errors, logs)
+        history = self._history(lambda _spec: record)
+
+        def write(timeout: float) -> Obj | None:
+            return khstate.record_error(
+                self.services.resources, self.check.namespace, self.check.name, errors, self.services.config.pod_name,
+                format_duration(seconds), node, self.check.workload, run_uuid=self.run_uuid,
+                timeout=timeout, deadline=until, history=history, clock=self.clock)
+        try:
+            self.written = self.guard.call("record the failure", write, until)
+        except Skipped as e:
+            self.log.warning("Could not record the failure: %s", e)
+            raise
+        except ApiError as e:
+            self.log.error("Could not record the failure: %s", e)
+        if self.written is None:
+            self.log.info("A newer run has claimed the khstate; this run's failure is not recorded")
+        else:
+            self.services.events.check_failed(self._ref(), errors[0])
+
+    def finished(self, result: RunResult) -> None:
+        """After the run: count a run that was not judged; send the InfluxDB point of one that was."""
+        if result.outcome is Outcome.SKIPPED:
+            self.services.stats.skip(result.skip_reason)
+        if result.outcome in (Outcome.REPORTED, Outcome.FAILED):
+            self._forward(result)
+
+    def _forward(self, result: RunResult) -> None:
+        influx = self.services.influx
+        if influx is None:
+            return
+        spec = khstate.Spec.of(self.written or {})  # what this run wrote, not a possibly lagging cache
+        ok = spec.ok if result.outcome is Outcome.REPORTED else False
+        errors = list(spec.errors) if result.outcome is Outcome.REPORTED else result.errors
+        influx.push(self.check.namespace, self.check.name, ok, errors, result.duration)
+
+    def _history(self, record: Callable[[Obj], RunRecord]) -> khstate.HistoryWrite:
+        config = self.services.config
+        return khstate.HistoryWrite(record, config.history_length, config.capture_logs, self.wall())
+
+    def _ref(self) -> ObjectRef:
+        kind = KIND_JOB if self.check.workload == khstate.WORKLOAD_JOB else KIND_CHECK
+        return ObjectRef(kind, self.check.namespace, self.check.name, self.check.uid)
