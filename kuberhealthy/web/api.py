@@ -33,7 +33,7 @@ from kuberhealthy.outputs.events import KIND_CHECK, ObjectRef
 from kuberhealthy.records import runnow
 from kuberhealthy.web.context import context, plain, requested_namespaces
 from kuberhealthy.web.ratelimit import RateLimiter
-from kuberhealthy.web.report.caller import normalize_ip
+from kuberhealthy.web.report.finder import normalize_ip
 from kuberhealthy.web.views import Built, current_run
 
 logger = logging.getLogger(__name__)

@@ -22,16 +22,8 @@ from kuberhealthy.records.checkpod import (
     slim_pod,
 )
 from kuberhealthy.web.ratelimit import RateLimiter
-from kuberhealthy.web.report.caller import (
-    SOURCE_FOREIGN,
-    SOURCE_OK,
-    SOURCE_OTHER_POD,
-    CallerFinder,
-    NotTheRunsPod,
-    RunIsOver,
-    UnknownCaller,
-    source_verdict,
-)
+from kuberhealthy.web.report.caller import SOURCE_FOREIGN, SOURCE_OK, SOURCE_OTHER_POD, source_verdict
+from kuberhealthy.web.report.finder import CallerFinder, NotTheRunsPod, RunIsOver, UnknownCaller
 from kuberhealthy.web.report.tokens import InvalidToken, TokenNotYetVerified, TokenVerifier, bearer, identity_of
 
 NS, CHECK, RUN = "team", "dns", "run-1"

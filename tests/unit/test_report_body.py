@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from kuberhealthy.web.report.body import BLANK_ERROR, NO_ERRORS, OK_WITH_ERRORS, BadReport, decode, parse_report
-from kuberhealthy.web.report.caller import normalize_ip
+from kuberhealthy.web.report.finder import normalize_ip
 
 
 @pytest.mark.parametrize(("body", "expected"), [

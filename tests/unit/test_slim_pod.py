@@ -10,7 +10,7 @@ import pytest
 from kuberhealthy.control.reaper import Limits, pod_finished_at, pods_to_reap
 from kuberhealthy.records.checkpod import pod_check_index, pod_ip_index, pod_uuid_index, slim_pod
 from kuberhealthy.run.podstate import live, pending, start_failure, terminating
-from kuberhealthy.web.report.caller import CallerFinder, UnknownCaller
+from kuberhealthy.web.report.finder import CallerFinder, UnknownCaller
 
 
 def pod(phase: str = "Succeeded", **status: Any) -> dict[str, Any]:

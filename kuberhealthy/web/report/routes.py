@@ -35,7 +35,8 @@ from kuberhealthy.web.context import context, plain
 from kuberhealthy.web.ratelimit import RateLimiter
 from kuberhealthy.web.report import stats
 from kuberhealthy.web.report.body import MAX_BODY, BadReport, parse_report
-from kuberhealthy.web.report.caller import CallerRules, NotYet, Refused, normalize_ip
+from kuberhealthy.web.report.caller import CallerRules, NotYet, Refused
+from kuberhealthy.web.report.finder import normalize_ip
 from kuberhealthy.web.report.tokens import bearer
 
 logger = logging.getLogger(__name__)
