@@ -3,7 +3,7 @@
   kuberhealthy_runs_skipped_total{reason}   runs neither recorded as OK nor as failed, by why:
       api-unavailable  the control plane was away or its caches stale: the daemon could not start,
                        follow or finish the run, which says nothing about the checked thing
-      pod-deleted      someone else removed the checker pod before it reported (v2 skipped these too)
+      pod-deleted      someone else deleted the checker pod before it finished (v2 skipped these too)
   kuberhealthy_schedule_lag_seconds         histogram of (run start - due time), on the leader
 
 These are process-local (a new leader starts from zero), as Prometheus counters are.

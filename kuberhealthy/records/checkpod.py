@@ -120,6 +120,14 @@ def _interned_map(mapping: Any) -> dict[str, Any]:
 
 
 _KEPT_ENV = (KH_RUN_UUID, KH_CHECK_RUN_DEADLINE)
+MESSAGE_CHARS = 200  # of the pod's status message (an eviction's can be long)
+
+
+def _slim_container_status(cs: dict[str, Any]) -> dict[str, Any]:
+    """Its name and state: waiting/terminated reason, exitCode, finishedAt (why a checker ended, when)."""
+    return {"name": _interned(cs.get("name")), "state": {
+        sys.intern(str(kind)): {k: _interned(v) for k, v in _pick(detail, ("reason", "finishedAt", "exitCode")).items()}
+        for kind, detail in (cs.get("state") or {}).items() if isinstance(detail, dict)}}
 
 
 def slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
@@ -130,7 +138,9 @@ def slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
     Kept: identity and times, labels, the check-name and run-key annotations, per container its name and
     KH_RUN_UUID and KH_CHECK_RUN_DEADLINE env (the report handler's), nodeName/hostNetwork, and the
     status fields the runner, the report handler and the reaper decide on (of the conditions only
-    the latest transition time, the reaper's fallback for a pod's finish time).
+    the latest transition time, the reaper's fallback for a pod's finish time; per container and init
+    container its name and state's reason, exitCode and finishedAt, and the pod's reason and message:
+    a run error says why a checker ended without reporting, podstate.why_ended).
     """
     meta = pod.get("metadata") or {}
     slim_meta = _pick(meta, ("name", "uid", "resourceVersion", "creationTimestamp", "deletionTimestamp"))
@@ -161,13 +171,11 @@ def slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
              if isinstance(c, dict) and c.get("lastTransitionTime")]
     if times:
         slim_status["conditions"] = [{"lastTransitionTime": max(times)}]
-    if status.get("containerStatuses"):
-        slim_status["containerStatuses"] = [
-            {"state": {
-                sys.intern(str(kind)): {k: _interned(v) for k, v in
-                                        _pick(detail, ("reason", "finishedAt", "exitCode")).items()}
-                for kind, detail in (cs.get("state") or {}).items() if isinstance(detail, dict)}}
-            for cs in status["containerStatuses"] if isinstance(cs, dict)]
+    if status.get("message"):  # an eviction's or a node shutdown's words, for a run error (bounded)
+        slim_status["message"] = str(status["message"])[:MESSAGE_CHARS]
+    for key in ("initContainerStatuses", "containerStatuses"):
+        if status.get(key):
+            slim_status[key] = [_slim_container_status(cs) for cs in status[key] if isinstance(cs, dict)]
     return {"metadata": slim_meta, "spec": slim_spec, "status": slim_status}
 
 

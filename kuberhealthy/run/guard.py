@@ -10,7 +10,9 @@ the control plane is away; neither says anything about the checked thing. So:
   * skip, not fail: a run that cannot be completed or judged because the API was away, or its caches
     were not current at some moment of the run (impaired), is SKIPPED
     (`kuberhealthy_runs_skipped_total{reason}`): the next due run tries again (Guard.fail decides).
-    So is a run whose checker pod someone else removed (removed());
+    So is a run whose checker pod someone else deleted before it ended on its own (removed()): a
+    deletionTimestamp the run did not cause skips the run, even when the pod then ends Failed (the
+    SIGTERM's exit 143 on a real kubelet) while it is Terminating;
   * once: an earlier checker pod stuck Terminating fails one run, not every run after it.
 The ways a run ends early are the exceptions here (Stopped, Failed, Skipped). This module does not
 decide what a run waits for or in which order (runner.py), and writes no result (recording.py).
@@ -47,7 +49,12 @@ class Stopped(Exception):
 
 
 class Failed(Exception):
-    """The run failed; the message is the reason (v2's, word for word)."""
+    """The run failed; the message is the reason (v2's, word for word: the run's first error). `detail`,
+    when there is one, is the run's second error: why, in the pod's own words (podstate.why_ended)."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(reason)
+        self.detail = detail
 
 
 class Skipped(Exception):
@@ -59,8 +66,9 @@ class Skipped(Exception):
 
 
 def removed(before: str) -> Skipped:
-    """The checker pod was deleted by someone else before it `before` ("started", "reported"): not the
-    check's failure, and nothing to record."""
+    """The checker pod was deleted by someone else before it `before` ("started", "reported", "exited"):
+    gone, or Terminating by a deletionTimestamp the run did not cause (kubectl delete, an eviction, a
+    drain, a node shutdown), whatever phase it then ends in. Not the check's failure, and nothing to record."""
     return Skipped(SKIP_POD_DELETED, f"checker pod was removed before it {before}")
 
 
@@ -211,8 +219,9 @@ class Guard:
         return self.api_trouble or self.held() or any(
             c.impaired_since(self.since) for c in (self.services.pods, self.services.khstates))
 
-    def fail(self, reason: str) -> Failed | Skipped:
-        """The exception for a run that cannot succeed: a failure, unless the control plane was impaired."""
+    def fail(self, reason: str, detail: str = "") -> Failed | Skipped:
+        """The exception for a run that cannot succeed: a failure (v2's `reason`, then `detail` as a second
+        error when there is one), unless the control plane was impaired."""
         if self.impaired():
             return Skipped(SKIP_API, f"the API server was unavailable during the run ({reason})")
-        return Failed(reason)
+        return Failed(reason, detail)

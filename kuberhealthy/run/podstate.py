@@ -1,15 +1,18 @@
 """What a run reads off its checker pod: the phase predicates, v2's failure reasons, the log tail.
 
-Pure functions on the pod as the cache keeps it (checkpod.slim_pod); RunPod, which of the cached pods
-is this run's and what its phases wait for; plus one bounded read of the checker's log for a failed
-run's history entry. Nothing here fails or skips a run, nor decides whether the cache is to be
-believed: that is guard.py's. The state machine that uses them is runner.py.
+Pure functions on the pod as the cache keeps it (checkpod.slim_pod) or a read returns it; RunPod,
+which of the cached pods is this run's, what its phases wait for, and whether someone else deleted it
+(a deletionTimestamp the run did not cause: kubectl delete, an eviction, a drain, a node shutdown);
+why_ended, what the pod's status says about a checker that ended without reporting; plus one bounded
+read of the checker's log for a failed run's history entry. Nothing here fails or skips a run, nor
+decides whether the cache is to be believed: that is guard.py's. The state machine that uses them is
+runner.py.
 """
 from __future__ import annotations
 
 from kuberhealthy.base.errors import ApiError
 from kuberhealthy.kube import Api, Cache, Obj
-from kuberhealthy.records.checkpod import RUN_ID_LABEL
+from kuberhealthy.records.checkpod import MESSAGE_CHARS, RUN_ID_LABEL
 from kuberhealthy.records.history import LOG_LINES, log_unavailable
 
 POD_START_FAILURES = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName")
@@ -23,6 +26,8 @@ ERR_EXIT = "timed out waiting for pod to exit"
 ERR_START = "error when waiting for pod to start: "
 
 LOG_READ_BYTES = 16384  # what the API server sends of a log at most (the history keeps 4 KiB)
+# Container reasons that say no more than the exit code does: "exited <code>" then.
+PLAIN_EXITS = ("Error", "Completed", "", None)
 
 
 def live(pod: Obj) -> bool:
@@ -43,6 +48,35 @@ def start_failure(pod: Obj) -> str | None:
         if reason in POD_START_FAILURES:
             return str(reason)
     return None
+
+
+def why_ended(pod: Obj | None) -> str:
+    """Why a checker pod ended without reporting, from its status (the run error after v2's reason).
+
+    The pod's own reason first (a node-pressure eviction, a node shutdown: `checker pod <name>:
+    Evicted: <message>`), then the first init container, then the first container, that did not exit
+    0: `checker pod <name> container <c>: OOMKilled (exit 137)`, `checker pod <name> init container <c>
+    exited 1`. A checker that exited 0 without reporting says so. Works on the slim pod and on a read.
+    """
+    name = pod_name_of(pod)
+    status = (pod or {}).get("status") or {}
+    if status.get("reason"):
+        message = str(status.get("message") or "")[:MESSAGE_CHARS]
+        return f"checker pod {name}: {status['reason']}" + (f": {message}" if message else "")
+    exited: list[str] = []
+    for kind, key in (("init container", "initContainerStatuses"), ("container", "containerStatuses")):
+        for cs in status.get(key) or []:
+            done = ((cs or {}).get("state") or {}).get("terminated")
+            if not isinstance(done, dict):
+                continue
+            code, reason, who = done.get("exitCode"), done.get("reason"), f"checker pod {name} {kind} {cs.get('name')}"
+            if code == 0 and reason in PLAIN_EXITS:
+                exited.append(f"{who} exited 0 without reporting")
+                continue
+            return f"{who} exited {code}" if reason in PLAIN_EXITS else f"{who}: {reason} (exit {code})"
+    if exited:
+        return exited[-1]  # every container exited 0: the (last) checker container's
+    return f"checker pod {name} ended ({status.get('phase') or 'no phase'}) without a container exit status"
 
 
 def pod_uid(pod: Obj) -> str:
@@ -67,14 +101,22 @@ def earlier(pods: list[Obj], run_uuid: str, stuck: set[str]) -> list[Obj]:
 
 class RunPod:
     """One run's checker pod as the pod cache shows it: only the pod the run created counts (by name,
-    among the pods carrying its uuid: not a look-alike), and the last version seen is kept."""
+    among the pods carrying its uuid: not a look-alike), and the last version seen is kept.
+
+    It also remembers what tells "someone else deleted the pod" from "the pod ended": the pods this
+    run told to go itself (its CLEAR, its eviction on a timeout, a failure or a stop), and whether the
+    pod was ever seen finished before any deletionTimestamp. On a real kubelet a deleted pod's container
+    is stopped (SIGTERM: exit 143), the pod ends Failed while Terminating, and the object stays for
+    seconds: that is a deletion, not a checker that ended without reporting."""
 
     def __init__(self, cache: Cache, run_uuid: str) -> None:
         self.cache = cache
         self.run_uuid = run_uuid
         self.name = ""  # the pod this run claims, then creates
         self.last: Obj | None = None  # its last version seen: in the cache, by a read, or as created
+        self.told_to_go: set[str] = set()  # pods this run asked to remove (a deletionTimestamp it caused)
         self._seen = False  # the cache has shown it to START
+        self._ended = False  # seen finished with no deletionTimestamp: it ended on its own
 
     def of_run(self) -> list[Obj]:
         return list(self.cache.by_index("uuid", self.run_uuid))
@@ -85,24 +127,43 @@ class RunPod:
                 return pod
         return None
 
+    def see(self, pod: Obj) -> Obj:
+        """Keep `pod` (a version from the cache or a read) as the last seen, and whether it ended on its own."""
+        self.last = pod
+        if not live(pod) and not terminating(pod):
+            self._ended = True
+        return pod
+
+    def deleted(self, pod: Obj | None) -> bool:
+        """Whether someone else deleted the run's pod (`pod`: its current version, None when gone) before
+        it ended on its own: gone, or a deletionTimestamp this run did not cause, whatever phase it shows."""
+        if self._ended or self.name in self.told_to_go:
+            return False
+        return pod is None or terminating(pod)
+
     def start_state(self) -> str | None:
-        """START's wait: "started", "pull" (an image pull failure), "gone" (seen, then gone), or None."""
+        """START's wait: "started", "pull" (an image pull failure), "gone" (seen, then gone), "deleted"
+        (someone else set its deletionTimestamp), or None."""
         pod = self.current()
         if pod is None:
             return "gone" if self._seen else None  # not seen yet: the watch may simply be behind
         self._seen = True
-        self.last = pod
+        self.see(pod)
+        if self.deleted(pod):
+            return "deleted"
         if start_failure(pod):
             return "pull"
         return None if pending(pod) else "started"
 
-    def exited(self) -> bool:
-        """EXIT's wait: the pod finished, or is gone from the cache."""
+    def exit_state(self) -> str | None:
+        """EXIT's wait: "exited" (finished on its own, or gone after that), "deleted" (someone else deleted
+        it first: gone, or Terminating whatever its phase), or None."""
         pod = self.current()
-        if pod is None:
-            return True
-        self.last = pod
-        return not live(pod)
+        if pod is not None:
+            self.see(pod)
+        if self.deleted(pod):
+            return "deleted"
+        return "exited" if pod is None or not live(pod) else None
 
     def evictable(self) -> list[str]:
         """The run's live pods not yet told to go: those in the cache, and the one it created (the cache

@@ -7,9 +7,12 @@ fresh reads (_settle): a pod that reported and exited goes on to RECORD; anythin
 Every wait is one Waiter.wait_for() on the watch caches, subscribed to this run's topics only (its
 check's pods, its run uuid, its khstate), racing one monotonic deadline for the whole run
 (start + timeout) and the check's stop event: no fixed sleeps, no polling. A run that fails
-records `Check execution error: <ns>/<name>: <reason>` with v2's reasons. A checker pod deleted by
-someone else before it reported skips the run. On a timeout or a stop the run's live pods are
-evicted (delete as fallback).
+records `Check execution error: <ns>/<name>: <reason>` with v2's reasons; a pod that ended without
+reporting adds a second error, why (podstate.why_ended: an OOMKill, a failed init container).
+A checker pod deleted by someone else (gone, or a deletionTimestamp this run did not cause) before
+it ended on its own skips the run in START, REPORT or EXIT, whatever phase the pod then shows: a real
+kubelet stops its container (exit 143) and leaves the object Terminating for seconds. On a timeout
+or a stop the run's live pods are evicted (delete as fallback).
 
 This module holds the phases: what each does and waits for, and their order. When a run believes
 what it sees (retry, confirm, skip rather than fail) is guard.py's; writing the result (khstate,
@@ -46,6 +49,7 @@ from kuberhealthy.run.podstate import (
     pod_name_of,
     start_failure,
     terminating,
+    why_ended,
 )
 from kuberhealthy.run.recording import Recorder
 from kuberhealthy.run.result import Outcome, Phase, RunResult
@@ -116,6 +120,8 @@ class Runner:
                 self._evict_run_pods()
         except Failed as e:
             outcome, errors = Outcome.FAILED, [f"Check execution error: {self.check.key}: {e}"]
+            if e.detail:  # v2's reason stays the first error (alerts match on it); why is the second
+                errors.append(e.detail)
             reason = str(e)
             self.log.warning("Run failed in phase %s: %s", self.phase.value, e)
             if self.pod.last is not None:
@@ -181,6 +187,7 @@ class Runner:
             if terminating(pod):
                 continue  # already told to go
             self.log.info("Removing earlier checker pod %s", pod_name_of(pod))
+            self.pod.told_to_go.add(pod_name_of(pod))
             try:
                 self.services.resources.evict_pod(self.check.namespace, pod_name_of(pod), timeout=CONFIRM_TIMEOUT)
             except ApiError as e:  # the wait below decides; it fails the run if the pod stays
@@ -207,16 +214,19 @@ class Runner:
         """START: past Pending, or an image pull failure. False: the run was settled on fresh reads."""
         self.phase = Phase.START
         state = self._wait(self.pod.start_state)
+        if state == "deleted":
+            raise removed("started")
         if state is None or state == "gone":  # the deadline passed, or the pod left the cache
             if state == "gone":
                 self.guard.present(self.pod.name, "started")
             self._settle()  # decide on what the API server says
             return False
         if state == "pull":
-            pod = self.guard.present(self.pod.name, "started")  # confirm: never fail on the cache alone
+            pod = self.pod.see(self.guard.present(self.pod.name, "started"))  # confirm: not on the cache alone
+            if self.pod.deleted(pod):
+                raise removed("started")
             failure = start_failure(pod)
             if failure:
-                self.pod.last = pod
                 raise Failed(ERR_START + failure)
         return True
 
@@ -226,6 +236,8 @@ class Runner:
         outcome = self._wait(self._report_state)
         if outcome == "reported":
             pass
+        elif outcome == "deleted":
+            raise removed("reported")
         elif outcome is None or self.guard.impaired() or self.guard.held():
             self._settle()  # a lagging cache may be all that stands between us and a report
             return False
@@ -238,18 +250,24 @@ class Runner:
         else:  # ended without reporting: fail now rather than at the deadline, with v2's reason
             status = (self.pod.last or {}).get("status") or {}
             self.log.warning("Checker pod %s ended (%s) without reporting in", self.pod.name, status.get("phase"))
-            raise self.guard.fail(ERR_REPORT)
+            raise self.guard.fail(ERR_REPORT, why_ended(self.pod.last))
         self.log.info("Checker pod reported")
         return True
 
     def _exit(self) -> None:
-        """EXIT: the pod finishes (or is gone)."""
+        """EXIT: the pod finishes (or is gone after it did). Deleted by someone else first: skipped."""
         self.phase = Phase.EXIT
-        if not self._wait(self.pod.exited):
+        state = self._wait(self.pod.exit_state)
+        if state is None:
             pod = self.guard.read_pod(self.pod.name)
-            if pod is not None and live(pod):
+            if pod is not None:
+                self.pod.see(pod)
+            if self.pod.deleted(pod):
+                state = "deleted"
+            elif pod is not None and live(pod):
                 raise self.guard.fail(ERR_EXIT)
-            self.pod.last = pod or self.pod.last
+        if state == "deleted":
+            raise removed("exited")
 
     def _record(self) -> tuple[str, str]:
         """RECORD: the result (recording.py); returns the run's duration as written and its node."""
@@ -272,14 +290,13 @@ class Runner:
         """
         if self._deadline - self.clock() > 0:  # not at the deadline yet: wait for the caches to say more first
             if self._wait(self._reported_and_exited):
-                self.pod.last = self.pod.current() or self.pod.last
                 return
         reported = self.guard.reported() or self.guard.report_confirmed()
         pod = self.guard.read_pod(self.pod.name)
-        if pod is None and not reported:
-            raise removed("reported")
         if pod is not None:
-            self.pod.last = pod
+            self.pod.see(pod)
+        if self.pod.deleted(pod) or (pod is None and not reported):
+            raise removed("exited" if reported else "reported")
         if reported:
             if pod is not None and live(pod):
                 self.phase = Phase.EXIT
@@ -292,7 +309,7 @@ class Runner:
             failure = start_failure(pod)
             raise self.guard.fail(ERR_START + failure if failure else ERR_RUNNING)
         self.phase = Phase.REPORT
-        raise self.guard.fail(ERR_REPORT)
+        raise self.guard.fail(ERR_REPORT, "" if live(pod) else why_ended(pod))
 
     # --- what the phases wait for, and their API calls ---------------------------------------------
 
@@ -303,17 +320,24 @@ class Runner:
         return value
 
     def _report_state(self) -> str | None:
-        """REPORT's wait: "reported", "gone", "ended" (without a report), or None."""
+        """REPORT's wait: "reported", "gone", "deleted" (someone else set its deletionTimestamp), "ended"
+        (without a report), or None."""
         if self.guard.reported():
             return "reported"
         pod = self.pod.current()
         if pod is None:
             return "gone"
-        self.pod.last = pod
+        self.pod.see(pod)
+        if self.pod.deleted(pod):
+            return "deleted"
         return "ended" if not live(pod) else None
 
     def _reported_and_exited(self) -> bool:
-        return self.guard.reported() and (p := self.pod.current()) is not None and not live(p)
+        """_settle's wait: reported, and the pod finished on its own (not deleted by someone else)."""
+        if not self.guard.reported() or (pod := self.pod.current()) is None:
+            return False
+        self.pod.see(pod)
+        return not live(pod) and not self.pod.deleted(pod)
 
     def _earlier_gone(self) -> bool:
         return not earlier(self.services.pods.by_index("check", self.check.key), self.run_uuid,
@@ -337,6 +361,7 @@ class Runner:
     def _evict_run_pods(self) -> None:
         """Remove this run's live pods. An API error here is logged; the reaper or the next run's CLEAR retries."""
         for name in self.pod.evictable():
+            self.pod.told_to_go.add(name)
             try:
                 how = self.services.resources.evict_pod(self.check.namespace, name, timeout=CONFIRM_TIMEOUT)
                 self.log.info("Removed checker pod %s (%s)", name, how)

@@ -34,6 +34,7 @@ class Behaviour(enum.Enum):
     FAIL = "fail"
     SILENT = "silent"
     CRASH = "crash"
+    OOM = "oom"  # killed for memory: exit 137, reason OOMKilled
     HANG = "hang"
     HANG_SILENT = "hang-silent"
     SLOW = "slow"

@@ -8,6 +8,10 @@ driver writes nothing more to the API server.
 API writes (binding, status) are retried like a real kubelet retries them: transport errors, 429 and
 5xx with jittered, capped backoff until the pod is cancelled (RawApi.call_until), so an API server that
 restarts, freezes or times out leaves no pod stuck. A 404 (the pod is gone) or another 4xx is final.
+
+The kubelet's Timings (timings.py) add a real kubelet's delays: the pod IP on a later sync than the
+first Pending status, Running about a second after creation. The status of a container stopped by
+its pod's deletion (stopped_status) is written by the kubelet's Terminator, not by this thread.
 """
 from __future__ import annotations
 
@@ -43,19 +47,23 @@ from testbed.sim.behaviours import (
 from testbed.sim.logs import Transcript
 from testbed.sim.records import PodRecord
 from testbed.sim.report import InFlight, run_deadline, send_report
+from testbed.sim.timings import Timings
 from testbed.sim.tokens import TokenMinter, expired_copy, map_paths, projections
 
 logger = logging.getLogger(__name__)
 
 REPORTING_BEHAVIOURS = (Behaviour.OK, Behaviour.SLOW, Behaviour.FAIL, Behaviour.HANG)
+EXIT_OOM = 137  # 128 + SIGKILL, as the kernel's OOM killer leaves a container (reason OOMKilled)
 
 
 class PodDriver:
     """Drives one pod; start() once, cancel() any time (idempotent), join() after cancel()."""
 
     def __init__(self, api: RawApi, pod: dict[str, Any], record: PodRecord, *, behaviour: Behaviour,
-                 node: str, host_ip: str, pod_ip: str, bind: bool, minter: TokenMinter | None = None) -> None:
+                 node: str, host_ip: str, pod_ip: str, bind: bool, minter: TokenMinter | None = None,
+                 timings: Timings | None = None) -> None:
         self._api = api
+        self._timings = timings  # None: everything at once (timings.FAST)
         self._minter = minter  # None: projected tokens are not minted (no files)
         self._pod = pod
         self.record = record
@@ -70,6 +78,7 @@ class PodDriver:
         self._proc: subprocess.Popen[bytes] | None = None
         self._inflight = InFlight()  # the report attempt under way, cut on cancel
         self._out: Transcript | None = None  # what the checker prints, once its container started
+        self._times: tuple[str, str] | None = None  # (startTime, startedAt) once Running was written
         self._thread = threading.Thread(target=self._run, name=f"sim-pod-{record.key}", daemon=True)
         meta = pod.get("metadata") or {}
         self._path = f"/api/v1/namespaces/{meta.get('namespace')}/pods/{meta.get('name')}"
@@ -100,6 +109,20 @@ class PodDriver:
     @property
     def cancelled(self) -> bool:
         return self._cancel.is_set()
+
+    @property
+    def pod(self) -> dict[str, Any]:
+        """The pod as the kubelet first saw it."""
+        return self._pod
+
+    def stopped_status(self, exit_code: int) -> dict[str, Any] | None:
+        """The status of its container stopped by the pod's deletion (Failed, `exit_code`), for a pod whose
+        container runs; None for one that never ran or had finished already. Call after cancel()."""
+        if self._times is None or self.record.exited is not None:
+            return None
+        start_time, started_at = self._times
+        return podstatus.terminated(self._pod, self.pod_ip, self._host_ip, start_time, started_at=started_at,
+                                    exit_code=exit_code)
 
     # --- the pod's thread ---------------------------------------------------------------------------
 
@@ -172,23 +195,32 @@ class PodDriver:
         if self.behaviour is Behaviour.PULL_ERROR:
             self._image_pull_failure(start_time)
             return
-        if not self._write_status(podstatus.waiting(pod, ip, host, start_time, reason="ContainerCreating")):
+        ip_after = self._timings.ip_after if self._timings else 0.0
+        running_after = self._timings.running_after if self._timings else 0.0
+        first_ip = ip if ip_after <= 0 else None  # a real kubelet's first Pending status has no pod IP yet
+        if not self._write_status(podstatus.waiting(pod, first_ip, host, start_time, reason="ContainerCreating")):
             return
         rec.waiting_reason = "ContainerCreating"
         env = self._mount_tokens(env)
-        if self._cancel.wait(settings.pending_delay):
+        if first_ip is None:
+            if self._cancel.wait(ip_after) or not self._write_status(
+                    podstatus.waiting(pod, ip, host, start_time, reason="ContainerCreating")):
+                return
+        if self._cancel.wait(settings.pending_delay + max(0.0, running_after - ip_after)):
             return
         started_at = podstatus.now_rfc3339()
         self._out = Transcript.begin(rec.log, self.behaviour.value, rec.key, self._node, settings.log,
                                      settings.log_lines, default=self.behaviour is not Behaviour.EXEC)
         if not self._write_status(podstatus.running(pod, ip, host, start_time, started_at)):
             return
+        self._times = (start_time, started_at)
         rec.running, rec.phase, rec.waiting_reason = time.monotonic(), "Running", ""
         logger.debug("pod %s running as %s", rec.key, self.behaviour.value)
         exit_code = self._behave(env, settings)
         if exit_code is None or self._cancel.is_set():
             return
-        final = podstatus.terminated(pod, ip, host, start_time, started_at=started_at, exit_code=exit_code)
+        final = podstatus.terminated(pod, ip, host, start_time, started_at=started_at, exit_code=exit_code,
+                                     reason="OOMKilled" if self.behaviour is Behaviour.OOM else None)
         if self._write_status(final):
             rec.exited, rec.exit_code = time.monotonic(), exit_code
             rec.phase = "Succeeded" if exit_code == 0 else "Failed"
@@ -266,6 +298,8 @@ class PodDriver:
         if b is Behaviour.HANG_SILENT:
             self._cancel.wait()
             return None
+        if b is Behaviour.OOM:
+            return EXIT_OOM
         self._say("panic: simulated crash" if b is Behaviour.CRASH else "done, without reporting")
         return 1 if b is Behaviour.CRASH else 0
 

@@ -3,10 +3,12 @@
 The test API server has no scheduler or kubelet, so pods would stay Pending forever. SimKubelet plays
 both: it binds each new pod to one of its nodes, writes realistic status (loopback pod IPs), runs the
 behaviour named by the image (see README.md) and honours deletion and eviction by deleting terminating
-pods with grace 0. Everything is driven by one watch (re-listing on 410, resuming on errors); each pod
-gets its own thread (driver.py), and force deletions go through a small pool so the watch never blocks
-on them. The nodes' kubelet endpoint, where the API server reads what each checker printed (pods/log),
-is logs.py's. It does not simulate restarts, probes, init containers, volumes or resource accounting.
+pods with grace 0: at once, or (realistic=True, timings.py) the way a real kubelet does, the container
+stopped with exit 143 and the object removed seconds later. Everything is driven by one watch
+(re-listing on 410, resuming on errors); each pod gets its own thread (driver.py), and force deletions
+go through a small pool so the watch never blocks on them. The nodes' kubelet endpoint, where the API
+server reads what each checker printed (pods/log), is logs.py's. It does not simulate restarts,
+probes, init containers, volumes or resource accounting.
 
 The watch survives an API server that restarts (connection refused for a while, then 410 on resume:
 it retries with backoff capped at WATCH_RETRY_CAP and re-lists) and one that freezes (the stream goes
@@ -33,6 +35,8 @@ from testbed.sim.behaviours import behaviour_for_image, first_container
 from testbed.sim.driver import PodDriver
 from testbed.sim.records import PodRecord, ReportResult
 from testbed.sim.retry import backoff
+from testbed.sim.terminate import Terminator
+from testbed.sim.timings import Timings, timings_for
 from testbed.sim.tokens import TokenMinter
 
 logger = logging.getLogger(__name__)
@@ -57,10 +61,13 @@ class SimKubelet:
 
     def __init__(self, kubeconfig_path: str, nodes: int = 3, namespace: str | None = None,
                  node_prefix: str = "sim-node", pool_size: int = DEFAULT_POOL_SIZE,
-                 signing_key: Path | None = None) -> None:
+                 signing_key: Path | None = None, realistic: bool = False, timings: Timings | None = None) -> None:
         """`pool_size`: API connections kept for reuse; about the number of pods driven at once (one
         thread each), or every call beyond it pays a new TLS handshake. `signing_key`: the cluster's
-        ServiceAccount signing key, for checkers that send an expired token (SIM_TOKEN=expired)."""
+        ServiceAccount signing key, for checkers that send an expired token (SIM_TOKEN=expired).
+        `realistic`: a real kubelet's timings (timings.REAL: Running after ~1 s, the pod IP on a later
+        sync, graceful deletion: exit 143, Failed while Terminating, removed ~10 s later); `timings`
+        sets each of them (default: everything at once, so the fast tests stay fast)."""
         self.kubeconfig_path = str(kubeconfig_path)
         self.namespace = namespace
         self.pool_size = pool_size
@@ -85,6 +92,8 @@ class SimKubelet:
         self.watch_requests = 0  # watch requests opened (for tests: a dropped stream was resumed)
         self._watch_thread = threading.Thread(target=self._watch_loop, name="sim-watch", daemon=True)
         self._deleter = ThreadPoolExecutor(max_workers=4, thread_name_prefix="sim-delete")
+        self.timings = timings_for(realistic, timings)
+        self._terminator = Terminator(lambda: self._api, self.timings, self._stop, self._delete_now)
 
     # --- lifecycle ----------------------------------------------------------------------------------
 
@@ -122,6 +131,7 @@ class SimKubelet:
             if not d.join(JOIN_TIMEOUT):
                 logger.error("driver of %s did not stop within %ss", d.record.key, JOIN_TIMEOUT)
         self._deleter.shutdown(wait=True)
+        self._terminator.join(JOIN_TIMEOUT)
         if self.tokens is not None:
             self.tokens.close()
         if self._api is not None:
@@ -306,7 +316,9 @@ class SimKubelet:
                     driver.record.terminating = time.monotonic()
                     logger.debug("pod %s is terminating", key)
                 driver.cancel()
-            if driver is not None or node in self._node_ips:
+            if driver is not None and self.timings.graceful:
+                self._terminate(driver, uid)
+            elif driver is not None or node in self._node_ips:
                 self._force_delete(key, uid)
             return
         if driver is not None:
@@ -335,7 +347,7 @@ class SimKubelet:
                                                  (pod.get("spec") or {}).get("containers") or [])))
         assert self._api is not None
         driver = PodDriver(self._api, pod, record, behaviour=behaviour, node=node, host_ip=host_ip,
-                           pod_ip=pod_ip, bind=bind, minter=self.tokens)
+                           pod_ip=pod_ip, bind=bind, minter=self.tokens, timings=self.timings)
         with self._lock:
             if self._stop.is_set():
                 if not host_network:
@@ -362,6 +374,14 @@ class SimKubelet:
         if not driver.record.host_network:
             loopback.POD_IPS.release(driver.pod_ip)
         logger.debug("pod %s is gone", key)
+
+    def _terminate(self, driver: PodDriver, uid: str) -> None:
+        """Graceful deletion (timings.Terminator): once per pod, however many events show it Terminating."""
+        with self._lock:
+            if uid in self._deleting or self._stop.is_set():
+                return
+            self._deleting.add(uid)
+        self._terminator.terminate(driver)
 
     def _force_delete(self, key: str, uid: str) -> None:
         with self._lock:

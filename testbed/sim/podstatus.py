@@ -33,11 +33,14 @@ def _conditions(ready: bool, since: str) -> list[dict[str, Any]]:
             {"type": "PodScheduled", "status": "True", "lastTransitionTime": since}]
 
 
-def _ips(pod_ip: str, host_ip: str) -> dict[str, Any]:
+def _ips(pod_ip: str | None, host_ip: str) -> dict[str, Any]:
+    """None: no pod IP yet (a real kubelet's first Pending status; a merge patch adds it later)."""
+    if pod_ip is None:
+        return {"hostIP": host_ip}
     return {"hostIP": host_ip, "podIP": pod_ip, "podIPs": [{"ip": pod_ip}]}
 
 
-def waiting(pod: Mapping[str, Any], pod_ip: str, host_ip: str, start_time: str, *, reason: str,
+def waiting(pod: Mapping[str, Any], pod_ip: str | None, host_ip: str, start_time: str, *, reason: str,
             message: str = "") -> dict[str, Any]:
     """Pending with every container waiting for `reason` (ContainerCreating, ErrImagePull, ...)."""
     state: dict[str, Any] = {"waiting": {"reason": reason}}
@@ -57,9 +60,11 @@ def running(pod: Mapping[str, Any], pod_ip: str, host_ip: str, start_time: str,
 
 
 def terminated(pod: Mapping[str, Any], pod_ip: str, host_ip: str, start_time: str, *, started_at: str,
-               exit_code: int) -> dict[str, Any]:
+               exit_code: int, reason: str | None = None) -> dict[str, Any]:
+    """Finished: every container terminated with `exit_code` and `reason` (default Completed for 0, else Error)."""
     finished = now_rfc3339()
-    state = {"terminated": {"exitCode": exit_code, "reason": "Completed" if exit_code == 0 else "Error",
+    reason = reason or ("Completed" if exit_code == 0 else "Error")
+    state = {"terminated": {"exitCode": exit_code, "reason": reason,
                             "startedAt": started_at, "finishedAt": finished}}
     return {"status": {"phase": "Succeeded" if exit_code == 0 else "Failed", "startTime": start_time,
                        **_ips(pod_ip, host_ip), "conditions": _conditions(False, finished),

@@ -169,7 +169,9 @@ def test_after_runs_of_every_outcome_the_khstate_holds_their_history_newest_firs
         "ok2": (True, "reported", [], None),
         "timeout": (False, f"failed: {ERR_REPORT}", [f"Check execution error: {ns}/mixed: {ERR_REPORT}"],
                     f"kh-sim/hang-silent: checking {ns}/{done['timeout'][0].pod} on {done['timeout'][0].node}"),
-        "crash": (False, f"failed: {ERR_REPORT}", [f"Check execution error: {ns}/mixed: {ERR_REPORT}"], crash_log),
+        "crash": (False, f"failed: {ERR_REPORT}", [f"Check execution error: {ns}/mixed: {ERR_REPORT}",
+                                                   f"checker pod {done['crash'][0].pod} container main exited 1"],
+                  crash_log),
         "fail": (False, "reported", ["disk full", "dns down"], "checking disk\nerror: disk full"),
         "ok": (True, "reported", [], None),
     }

@@ -20,6 +20,7 @@ from kuberhealthy.records.checkspec import CheckSpec
 from kuberhealthy.run.runner import Outcome, Phase, Runner, RunResult
 from kuberhealthy.seams import ControlNeeds, ReaperNeeds, RunNeeds, WebNeeds
 from testbed.fakes import NODE, NS, REPORTING_URL, FakeServices, FakeStop, check_spec, khstate_of, report
+from testbed.fakes.clock import stamp
 from testbed.fakes.readouts import skipped_count
 
 CHECK = check_spec("probe", timeout="60s")
@@ -83,6 +84,34 @@ def execution_error(reason: str, name: str = "probe") -> tuple[str, ...]:
 
 def gone(services: FakeServices, pod: Obj) -> bool:
     return services.api.peek(PODS, NS, pod["metadata"]["name"]) is None
+
+
+def drained(services: FakeServices, pod: Obj, stopped: bool = False) -> Obj:
+    """`kubectl drain` (an eviction) as a real kubelet shows it: a deletionTimestamp 30 s ahead and the
+    object still there; `stopped`: the container has stopped on the SIGTERM as well (exit 143), so the
+    pod is Failed while Terminating (what the run then sees, when it looks after the kubelet's sync)."""
+    def change(p: Obj) -> None:
+        p["metadata"]["deletionTimestamp"] = stamp(services.clock)
+        p["metadata"]["deletionGracePeriodSeconds"] = 30
+        if stopped:
+            sigterm(p)
+    return services.api.edit(PODS, NS, pod["metadata"]["name"], change)
+
+
+def sigterm(p: Obj) -> None:
+    p["status"]["phase"] = "Failed"
+    p["status"]["containerStatuses"] = [{"name": "main", "state": {"terminated": {"exitCode": 143, "reason": "Error"}}}]
+
+
+def ended(services: FakeServices, pod: Obj, **status: Any) -> Obj:
+    """The pod Failed, with these status fields (containerStatuses, initContainerStatuses, reason...)."""
+    def change(p: Obj) -> None:
+        p.setdefault("status", {}).update(phase="Failed", **status)
+    return services.api.edit(PODS, NS, pod["metadata"]["name"], change)
+
+
+def terminated(name: str, code: int, reason: str) -> dict[str, Any]:
+    return {"name": name, "state": {"terminated": {"exitCode": code, "reason": reason}}}
 
 
 def earlier_pod(services: FakeServices, run_uuid: str = "earlier-run", age: float = 600.0, **status: Any) -> Obj:
@@ -175,7 +204,9 @@ def test_a_checker_that_ends_without_reporting_fails_at_once_not_at_the_deadline
     fake_services.kubelet.finish(fake_services.kubelet.run(run.pod()), ok=False)
     result = run.result()
     assert result.outcome is Outcome.FAILED and result.duration == 0.0
-    assert state(fake_services).errors == execution_error("timed out waiting for checker pod to report in")
+    # v2's reason first (alerts match on it), then why, from the pod's status
+    assert state(fake_services).errors == (*execution_error("timed out waiting for checker pod to report in"),
+                                           f"checker pod {result.pod} container main exited 1")
 
 
 def test_a_checker_that_reports_but_never_exits_times_out_waiting_for_the_pod_to_exit(
@@ -252,6 +283,144 @@ def test_a_checker_pod_deleted_by_someone_else_before_it_reported_skips_the_run(
     assert s.ok is True and s.errors == () and s.last_run is None
     assert skipped_count(fake_services.stats, "pod-deleted") == 1
     assert not fake_services.api.made("evict_pod")
+
+
+@pytest.mark.parametrize("stopped", [False, True], ids=["terminating", "failed-while-terminating"])
+def test_a_checker_pod_drained_while_it_starts_skips_the_run_as_pod_deleted(
+        fake_services: FakeServices, stopped: bool) -> None:
+    run = Run(fake_services)
+    pod = run.pod()
+    run.reached(Phase.START)
+    drained(fake_services, pod, stopped)
+    result = run.result()
+    assert result.outcome is Outcome.SKIPPED and result.skip_reason == "pod-deleted" and result.phase is Phase.START
+    assert result.duration == 0.0  # at once, not when the object is gone nor at the deadline
+    assert state(fake_services).last_run is None and skipped_count(fake_services.stats, "pod-deleted") == 1
+    assert not fake_services.api.made("evict_pod")
+
+
+@pytest.mark.parametrize("stopped", [False, True], ids=["terminating", "failed-while-terminating"])
+def test_a_checker_pod_drained_before_it_reported_skips_the_run_whatever_phase_it_ends_in(
+        fake_services: FakeServices, stopped: bool) -> None:
+    """The real kubelet's drain: the container stops on SIGTERM (exit 143) and the pod ends Failed while
+    Terminating, seconds before the object goes; that is not a checker that ended without reporting."""
+    run = Run(fake_services)
+    pod = fake_services.kubelet.run(run.pod())
+    run.reached(Phase.REPORT)
+    pod = drained(fake_services, pod, stopped)
+    if not stopped:
+        fake_services.api.edit(PODS, NS, pod["metadata"]["name"], sigterm)
+    result = run.result()
+    assert result.outcome is Outcome.SKIPPED and result.skip_reason == "pod-deleted" and result.phase is Phase.REPORT
+    assert result.errors == [] and result.duration == 0.0
+    s = state(fake_services)
+    assert s.ok is True and s.errors == () and s.last_run is None
+    assert skipped_count(fake_services.stats, "pod-deleted") == 1 and not fake_services.api.made("evict_pod")
+    assert fake_services.api.peek(PODS, NS, pod["metadata"]["name"]) is not None  # still Terminating
+
+
+@pytest.mark.parametrize("stopped", [False, True], ids=["terminating", "failed-while-terminating"])
+def test_a_checker_pod_drained_after_it_reported_but_before_it_exited_skips_the_run(
+        fake_services: FakeServices, stopped: bool) -> None:
+    run = Run(fake_services)
+    pod = fake_services.kubelet.run(run.pod())
+    report(fake_services, pod, ok=True)
+    run.reached(Phase.EXIT)
+    drained(fake_services, pod, stopped)
+    result = run.result()
+    assert result.outcome is Outcome.SKIPPED and result.skip_reason == "pod-deleted" and result.phase is Phase.EXIT
+    s = state(fake_services)
+    assert s.ok is True and s.errors == () and s.run_duration == ""  # the report stands; the run is not recorded
+    assert skipped_count(fake_services.stats, "pod-deleted") == 1
+
+
+def test_a_checker_pod_that_exited_before_it_was_deleted_is_recorded(fake_services: FakeServices) -> None:
+    """The run saw it finish on its own first: a later deletion (the reaper, a person) changes nothing."""
+    run = Run(fake_services)
+    pod = fake_services.kubelet.run(run.pod())
+    report(fake_services, pod, ok=True)
+    run.reached(Phase.EXIT)
+    fake_services.khstates.pause()  # RECORD waits on its write; the run is past EXIT before the deletion
+    fake_services.kubelet.finish(pod)
+    fake_services.until(lambda: run.runner.phase is not Phase.EXIT, "the run past EXIT")
+    drained(fake_services, pod)
+    fake_services.khstates.resume()
+    result = run.result()
+    assert result.outcome is Outcome.REPORTED and state(fake_services).node == NODE
+
+
+def test_an_oom_killed_checker_fails_with_v2s_reason_first_and_the_oom_kill_second(
+        fake_services: FakeServices) -> None:
+    run = Run(fake_services)
+    pod = fake_services.kubelet.run(run.pod())
+    ended(fake_services, pod, containerStatuses=[terminated("main", 137, "OOMKilled")])
+    result = run.result()
+    assert result.outcome is Outcome.FAILED and result.phase is Phase.REPORT and result.duration == 0.0
+    errors = (*execution_error("timed out waiting for checker pod to report in"),
+              f"checker pod {result.pod} container main: OOMKilled (exit 137)")
+    assert tuple(result.errors) == errors and state(fake_services).errors == errors
+    assert fake_services.events.recorded[-1] == ("CheckFailed", f"{NS}/probe", errors[0])
+
+
+def test_a_failed_init_container_fails_the_run_and_says_which_one_exited_how(fake_services: FakeServices) -> None:
+    check = check_spec("probe", timeout="60s", podSpec={
+        "initContainers": [{"name": "setup", "image": "kh-sim/ok"}],
+        "containers": [{"name": "main", "image": "kh-sim/ok"}]})
+    run = Run(fake_services, check)
+    pod = run.pod()
+    ended(fake_services, pod, initContainerStatuses=[terminated("setup", 1, "Error")],
+          containerStatuses=[{"name": "main", "state": {"waiting": {"reason": "PodInitializing"}}}])
+    result = run.result()
+    assert result.outcome is Outcome.FAILED
+    assert state(fake_services).errors == (*execution_error("timed out waiting for checker pod to report in"),
+                                           f"checker pod {result.pod} init container setup exited 1")
+
+
+def test_a_checker_evicted_by_its_node_under_pressure_fails_and_says_so(fake_services: FakeServices) -> None:
+    """The kubelet's own eviction sets no deletionTimestamp: the pod just fails, with the reason."""
+    run = Run(fake_services)
+    pod = fake_services.kubelet.run(run.pod())
+    ended(fake_services, pod, reason="Evicted", message="The node was low on resource: memory. " + "x" * 500,
+          containerStatuses=[terminated("main", 137, "Error")])
+    result = run.result()
+    assert result.outcome is Outcome.FAILED
+    why = state(fake_services).errors[1]
+    assert why.startswith(f"checker pod {result.pod}: Evicted: The node was low on resource: memory.")
+    assert len(why) < 300
+
+
+def test_a_checker_that_exits_0_without_reporting_fails_and_says_it_exited_0(fake_services: FakeServices) -> None:
+    run = Run(fake_services)
+    fake_services.kubelet.finish(fake_services.kubelet.run(run.pod()), ok=True)
+    result = run.result()
+    assert result.outcome is Outcome.FAILED
+    assert state(fake_services).errors[1] == f"checker pod {result.pod} container main exited 0 without reporting"
+
+
+def test_the_runs_own_eviction_on_a_timeout_is_still_a_failure_with_v2s_reason(fake_services: FakeServices) -> None:
+    """Its own deletionTimestamp (the pod stays Terminating, as on a real kubelet) is not someone else's."""
+    run = Run(fake_services)
+    pod = fake_services.kubelet.run(run.pod())
+    fake_services.api.stuck.add((NS, pod["metadata"]["name"]))  # deleting it only marks it Terminating
+    fake_services.clock.advance(PAST_DEADLINE)
+    result = run.result()
+    assert result.outcome is Outcome.FAILED and result.phase is Phase.REPORT
+    assert state(fake_services).errors == execution_error("timed out waiting for checker pod to report in")
+    left = fake_services.api.peek(PODS, NS, pod["metadata"]["name"])
+    assert left is not None and left["metadata"].get("deletionTimestamp")  # evicted by the run, Terminating
+    assert skipped_count(fake_services.stats, "pod-deleted") == 0
+
+
+def test_an_earlier_pod_the_run_cleared_is_not_taken_for_its_own_pod_deleted(fake_services: FakeServices) -> None:
+    old = earlier_pod(fake_services)
+    fake_services.api.stuck.add((NS, old["metadata"]["name"]))
+    run = Run(fake_services)
+    fake_services.until(lambda: fake_services.api.made("evict_pod"), "the earlier pod's eviction")
+    fake_services.api.edit(PODS, NS, old["metadata"]["name"], sigterm)  # it stops; it stays Terminating
+    pod = fake_services.kubelet.run(run.pod())
+    report(fake_services, pod)
+    fake_services.kubelet.finish(pod)
+    assert run.result().outcome is Outcome.REPORTED
 
 
 # --- faults -------------------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ import pytest
 
 from kuberhealthy.control.reaper import Limits, pod_finished_at, pods_to_reap
 from kuberhealthy.records.checkpod import pod_check_index, pod_ip_index, pod_uuid_index, slim_pod
-from kuberhealthy.run.podstate import live, pending, start_failure, terminating
+from kuberhealthy.run.podstate import live, pending, start_failure, terminating, why_ended
 from kuberhealthy.web.report.finder import CallerFinder, UnknownCaller
 
 
@@ -50,13 +50,19 @@ VARIANTS = [
     pod("Running", containerStatuses=[{"name": "main", "state": {"running": {"startedAt": "x"}}}]),
     pod("Pending", containerStatuses=[{"name": "main", "state": {"waiting": {"reason": "ErrImagePull"}}}]),
     pod("Succeeded", containerStatuses=[{"name": "main", "state": {"waiting": {"reason": "x"}}}]),
+    pod("Failed", containerStatuses=[{"name": "main", "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled",
+                                                                             "finishedAt": "2026-12-01T08:00:08Z"}}}]),
+    pod("Failed", initContainerStatuses=[{"name": "setup",
+                                          "state": {"terminated": {"exitCode": 1, "reason": "Error"}}}],
+        containerStatuses=[{"name": "main", "state": {"waiting": {"reason": "PodInitializing"}}}]),
+    pod("Failed", reason="Evicted", message="The node was low on resource: memory. " + "x" * 500),
 ]
 
 
 @pytest.mark.parametrize("full", VARIANTS)
 def test_every_decision_is_the_same_on_the_slim_pod(full: dict[str, Any]) -> None:
     slim = slim_pod(copy.deepcopy(full))
-    for decide in (live, pending, start_failure, terminating, pod_finished_at,
+    for decide in (live, pending, start_failure, terminating, why_ended, pod_finished_at,
                    pod_ip_index, pod_uuid_index, pod_check_index):
         assert decide(slim) == decide(full), decide.__name__
     assert CallerFinder.validate(slim, "s") == CallerFinder.validate(full, "s")
