@@ -175,6 +175,10 @@ class KuberhealthyApplication(BaseApplication):  # type: ignore[misc]  # gunicor
             "when_ready": _when_ready,
             "proc_name": "kuberhealthy",
         }
+        # gunicorn >= 25.1 opens a control socket under $HOME by default; the image's root is read-only and
+        # nothing of ours uses it (every replica is managed through the API), so it is turned off.
+        if "control_socket_disable" in self.cfg.settings:
+            settings["control_socket_disable"] = True
         for key, value in settings.items():
             self.cfg.set(key, value)
 

@@ -1,6 +1,6 @@
-"""listenAddress → gunicorn bind, with Go's meaning of `:port`."""
+"""listenAddress → gunicorn bind, with Go's meaning of `:port`; the gunicorn settings the image needs."""
 from kuberhealthy.base.config import from_mapping
-from kuberhealthy.daemon.server import _bind
+from kuberhealthy.daemon.server import KuberhealthyApplication, _bind
 
 ENV = {"POD_NAME": "kh-0"}
 
@@ -14,3 +14,10 @@ def test_a_bare_port_listens_on_every_address_ipv6_included_where_available() ->
 def test_an_explicit_host_is_used_as_given() -> None:
     assert _bind(from_mapping({"listenAddress": "127.0.0.1:9090"}, ENV)) == "127.0.0.1:9090"
     assert _bind(from_mapping({"listenAddress": "[::1]:9090"}, ENV)) == "[::1]:9090"
+
+
+def test_the_gunicorn_application_opens_no_control_socket_under_a_read_only_home() -> None:
+    app = KuberhealthyApplication(from_mapping({"listenAddress": "127.0.0.1:9090"}, ENV), None, None)
+    if "control_socket_disable" in app.cfg.settings:  # gunicorn >= 25.1 has one, on by default
+        assert app.cfg.control_socket_disable is True
+    assert app.cfg.bind == ["127.0.0.1:9090"]
