@@ -4,12 +4,13 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: help venv testbed demo test test-unit test-slow lint bench scale faults image image-test image-tools screenshots clean
+.PHONY: help venv testbed demo test test-unit e2e test-slow lint bench scale faults image image-test image-tools screenshots node-start node-stop node-status clean
 
 help:
 	@echo "make demo    - local API server + sample checks + simulated kubelet + the daemon"
 	@echo "make test    - make lint, then unit + integration + contract + browser + image tests against a real API server"
 	@echo "make test-unit - the unit tests alone (no test bed, ~20 s)"
+	@echo "make e2e     - the chart on a real single-node Kubernetes (root): images, helm install, real pods"
 	@echo "make test-slow - the long tests kept out of make test (the soak)"
 	@echo "make lint    - ruff, mypy (strict) and import-linter (the layers), at pinned versions"
 	@echo "make bench   - performance figures (run overhead, API calls per run, HTTP throughput, dashboard)"
@@ -18,6 +19,9 @@ help:
 	@echo "make image-test - build the image on a Debian-made base and smoke-test it (part of make test)"
 	@echo "make scale   - N checks on one daemon (250, 1000, 2000): lag, failures, CPU, memory, API; targets at 1000"
 	@echo "make faults  - API server restart/freeze/outage, silent network, leader kill, config reload: invariants table (~10 min)"
+	@echo "make node-start - a real single node (containerd, kubelet, kube-proxy; root; builds once): hack/node/node.sh"
+	@echo "make node-stop  - delete its pods, stop it, undo every host side effect (iptables, mounts, sysctls)"
+	@echo "make node-status - what of the real node runs"
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -40,7 +44,13 @@ demo: venv testbed
 
 # Lint first: a layer broken or a type error fails in seconds, before the ~10 min of tests.
 test: lint testbed image-tools
-	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS) tests -m "not slow"
+	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS) tests -m "not slow" --ignore=tests/e2e
+
+# The end-to-end tests (tests/e2e/README.md): a real single-node Kubernetes (hack/node/node.sh, as root),
+# the images built here with podman, the chart installed with helm. Skips with the reason where no real
+# node can start, except under CI=true, where that fails. Prints a time budget per part.
+e2e: venv testbed image-tools
+	$(BIN)/python -m pytest -q -p no:cacheprovider -rs $(PYTEST_ARGS) tests/e2e
 
 test-unit: venv
 	$(BIN)/python -m pytest -q tests/unit
@@ -79,6 +89,17 @@ image:
 
 image-test: venv testbed image-tools
 	$(BIN)/python -m pytest -q -p no:cacheprovider -rs $(PYTEST_ARGS) tests/integration/test_image.py
+
+# A real node for tests/e2e (testbed/README.md, "A real node"). Root only; one per machine.
+node-start:
+	bash hack/node/node.sh build
+	bash hack/node/node.sh start
+
+node-stop:
+	bash hack/node/node.sh stop
+
+node-status:
+	bash hack/node/node.sh status
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

@@ -1,0 +1,201 @@
+"""The end-to-end session: a real single-node Kubernetes (testbed/node.py), the images built here and
+loaded into its containerd, and the chart installed with helm (2 replicas, imagePullPolicy Never, the
+bundled upstream checks off, since their images cannot be pulled here).
+
+Where the real node cannot start, every test skips with the reason, except under `CI=true`, where that
+fails the run. Each part has a time budget (binaries, images, install, tests), printed when it ends and
+again at the end of the session; going over a budget is reported, never asserted (no wall-clock limits
+in tests).
+
+There is no cluster DNS on the node (CoreDNS is not packaged): the reporting URL stays the default
+(`http://kuberhealthy.kh-e2e.svc.cluster.local/externalCheckStatus`) and every checker podSpec of these
+tests resolves that name with `hostAliases` (tests/e2e/README.md).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from testbed.e2e import E2E, kubectl_from_env, poll
+from testbed.e2e_images import Built, build_all
+from testbed.helm import Helm, find_helm
+from testbed.node import NODE_SH, RealNode, RealNodeError
+from testbed.paths import REPO
+
+# Seconds each part may take on a cold machine (2 cores): the node's binaries (Debian's 1.20.2 tree,
+# shared with the API-server test bed), the images, the helm install, the tests themselves.
+BUDGETS = {"binaries": 480.0, "images": 480.0, "install": 180.0, "tests": 900.0}
+
+
+@dataclass
+class Budget:
+    """Seconds per part, printed as each ends and together at the end of the session."""
+
+    config: pytest.Config
+    spent: dict[str, float] = field(default_factory=dict)
+
+    def say(self, text: str) -> None:
+        reporter = self.config.pluginmanager.getplugin("terminalreporter")
+        capture = self.config.pluginmanager.getplugin("capturemanager")
+        if reporter is None:
+            print(f"[e2e] {text}")
+            return
+        with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
+            reporter.ensure_newline()
+            reporter.write_line(f"[e2e] {text}")
+
+    @contextlib.contextmanager
+    def part(self, name: str) -> Iterator[None]:
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            self.spent[name] = self.spent.get(name, 0.0) + time.monotonic() - started
+            self.say(self.line(name))
+
+    def line(self, name: str) -> str:
+        spent, budget = self.spent.get(name, 0.0), BUDGETS[name]
+        return f"{name}: {spent:.0f} s of a {budget:.0f} s budget" + (" -- OVER BUDGET" if spent > budget else "")
+
+    def summary(self) -> str:
+        parts = [self.line(n) for n in BUDGETS if n in self.spent]
+        total = sum(self.spent.values())
+        return f"time budget: {'; '.join(parts)}; total {total:.0f} s of {sum(BUDGETS.values()):.0f} s"
+
+
+def _skip_or_fail(reason: str) -> None:
+    """Skip with the reason, except under CI=true, where a skipped e2e run must fail."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"CI=true and the real node is unavailable: {reason}", pytrace=False)
+    pytest.skip(f"real node unavailable: {reason}")
+
+
+@pytest.fixture(name="budget", scope="session")
+def budget_fixture(request: pytest.FixtureRequest) -> Iterator[Budget]:
+    b = Budget(request.config)
+    yield b
+    b.say(b.summary())
+
+
+@pytest.fixture(name="real_node", scope="session")
+def real_node_fixture(budget: Budget) -> Iterator[RealNode]:
+    """The real node, started for the session and stopped after it (KH_E2E_KEEP_NODE=1 keeps it).
+    Missing binaries are built first (`node.sh build`, idempotent: a warm cache does nothing)."""
+    with budget.part("binaries"):
+        reason = RealNode.unavailable()
+        if reason and os.geteuid() == 0:
+            build = subprocess.run(["bash", str(NODE_SH), "build"], capture_output=True, text=True, check=False,
+                                   timeout=BUDGETS["binaries"] * 3)
+            reason = RealNode.unavailable()
+            if reason and build.returncode != 0:
+                reason += f" (node.sh build failed: {(build.stdout + build.stderr)[-2000:]})"
+    if reason:
+        _skip_or_fail(reason)
+    with budget.part("binaries"):
+        try:
+            node = RealNode.start()
+        except (RealNodeError, subprocess.TimeoutExpired) as e:
+            _skip_or_fail(f"node.sh start failed: {e}")
+    try:
+        yield node
+    finally:
+        if not os.environ.get("KH_E2E_KEEP_NODE"):
+            node.stop()
+
+
+@pytest.fixture(name="images", scope="session")
+def images_fixture(real_node: RealNode, budget: Budget) -> Built:
+    """Every image of the tests, built with podman and imported into the node's containerd."""
+    out = Path(tempfile.mkdtemp(prefix="kh-e2e-images-"))
+    with budget.part("images"):
+        try:
+            built = build_all(out, out / "build.log")
+        except (RuntimeError, subprocess.TimeoutExpired) as e:
+            pytest.fail(f"building the e2e images failed: {e}", pytrace=False)
+        for tar in sorted(set(built.tars.values())):
+            _import(real_node, tar)
+            tar.unlink()
+    budget.say("images: " + ", ".join(f"{k} {v:.0f} s" for k, v in built.seconds.items()))
+    return built
+
+
+def _import(node: RealNode, tar: Path, attempts: int = 3) -> None:
+    """`ctr images import`, again after a failure (containerd busy unpacking a large image)."""
+    for attempt in range(1, attempts + 1):
+        try:
+            node.import_image(tar)
+            return
+        except subprocess.CalledProcessError as e:
+            if attempt == attempts:
+                pytest.fail(f"ctr images import {tar.name} failed: {e.stderr}", pytrace=False)
+            time.sleep(5)
+
+
+def _helm(tmp: Path) -> Helm:
+    binary = find_helm()
+    if binary is None:
+        subprocess.run(["bash", str(REPO / "hack" / "tools.sh")], check=False, capture_output=True, timeout=600)
+        binary = find_helm()
+    if binary is None:
+        _skip_or_fail("no helm binary (bash hack/tools.sh could not fetch it)")
+    assert binary is not None
+    return Helm(binary, tmp)
+
+
+@pytest.fixture(name="kh", scope="session")
+def kh_fixture(real_node: RealNode, images: Built, budget: Budget,
+               tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2E]:
+    """The chart installed: two Ready replicas, the Service's ClusterIP known; uninstalled at the end
+    (unless a test did) and the tests' namespaces deleted."""
+    e2e = E2E(kubectl_bin=kubectl_from_env(real_node.env), kubeconfig=Path(real_node.kubeconfig),
+              helm=_helm(tmp_path_factory.mktemp("helm-home")))
+    repo, _, tag = images.image("daemon").partition(":")
+    registry, _, repository = repo.partition("/")
+    e2e.values = [
+        "deployment.replicas=2", "deployment.imagePullPolicy=Never",
+        f"image.registry={registry}", f"image.repository={repository}", f"image.tag={tag}",
+        "check.daemonset.enabled=false", "check.deployment.enabled=false", "check.dnsInternal.enabled=false",
+        # quicker clean-up of finished pods and states, and the log tails on the JSON API for the tests
+        "config.checkReaperRunInterval=15s", "config.exposeLogs=true",
+    ]
+    with budget.part("install"):
+        if e2e.helm.run("status", "kh", "--namespace", e2e.namespace, kubeconfig=e2e.kubeconfig,
+                        check=False).returncode == 0:
+            e2e.uninstall()  # left by a session that kept its node (KH_E2E_KEEP_NODE)
+        e2e.apply(*({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
+                    for ns in (e2e.namespace, e2e.checks_namespace)))
+        poll(lambda: e2e.get("serviceaccount", "default", e2e.checks_namespace), 60,
+             "the namespace's default ServiceAccount")
+        e2e.install()
+        svc = poll(lambda: e2e.get("service", "kuberhealthy", e2e.namespace), 60, "the Service")
+        e2e.cluster_ip = svc["spec"]["clusterIP"]
+        poll(lambda: len(e2e.ready_daemon_pods()) == 2, 180, "two Ready daemon pods")
+        poll(lambda: e2e.http("/healthz").ok, 60, "the Service's ClusterIP to answer")
+    started = time.monotonic()
+    try:
+        yield e2e
+    finally:
+        budget.spent["tests"] = time.monotonic() - started
+        budget.say(budget.line("tests"))
+        if e2e.helm.run("status", "kh", "--namespace", e2e.namespace, kubeconfig=e2e.kubeconfig,
+                        check=False).returncode == 0:
+            e2e.uninstall()
+        for ns in (e2e.checks_namespace, e2e.namespace):
+            e2e.kubectl("delete", "namespace", ns, "--ignore-not-found", "--wait=false", check=False)
+
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A generous timeout per test: the first one also waits for the session's set-up (a cold image
+    build, the node's start, the install), which pytest-timeout counts in."""
+    for item in items:
+        if item.path.is_relative_to(Path(__file__).parent):
+            item.add_marker(pytest.mark.timeout(2400))
