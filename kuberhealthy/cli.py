@@ -1,4 +1,5 @@
-"""Command line: parse flags, load and validate config, set up logging, run the server.
+"""Command line: parse flags, load and validate config, set up logging, run the server; or, as
+`kuberhealthy stop-release`, stop a release's daemons before `helm uninstall` (daemon/release.py).
 
 The only module that exits the process. A bad config value or an unusable kubeconfig is one line on
 stderr naming the key, and exit code 2; nothing half-starts.
@@ -12,10 +13,12 @@ import sys
 from kuberhealthy import __version__
 from kuberhealthy.base.config import DEFAULT_CONFIG_PATH, Config, load
 from kuberhealthy.base.errors import ConfigError
+from kuberhealthy.daemon.release import stop_release
 from kuberhealthy.daemon.server import serve
-from kuberhealthy.kube import Kube
+from kuberhealthy.kube import Kube, Resources
 
 EXIT_CONFIG = 2
+STOP_RELEASE = "stop-release"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -27,7 +30,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     "(/externalCheckStatus).",
         epilog="Environment: POD_NAME (this replica's identity, default hostname), POD_NAMESPACE (default "
                "kuberhealthy), KH_EXTERNAL_REPORTING_URL (overrides externalCheckReportingURL), "
-               "CHECK_REAPER_RUN_INTERVAL, KUBECONFIG (when not running in a pod).")
+               "CHECK_REAPER_RUN_INTERVAL, KUBECONFIG (when not running in a pod). "
+               f"`kuberhealthy {STOP_RELEASE} --help`: stop a release's daemons before an uninstall.")
     p.add_argument("-c", "--config", metavar="FILE", default=None,
                    help=f"YAML config file (default {DEFAULT_CONFIG_PATH}; a missing default file means "
                         "all defaults)")
@@ -60,7 +64,43 @@ class _ContextFilter(logging.Filter):
         return True
 
 
+def parse_stop_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog=f"kuberhealthy {STOP_RELEASE}",
+        description="Scale the daemon's Deployment to 0 and wait until its pods are gone, so each daemon "
+                    "removes its checker pods (in every namespace) and releases the Lease while its RBAC "
+                    "still exists. The chart's pre-delete hook runs this before `helm uninstall` deletes "
+                    "anything. Best effort: exits 0 whatever happened (it is logged), 2 for bad arguments "
+                    "or an unusable Kubernetes configuration.")
+    p.add_argument("--namespace", required=True, help="the release namespace")
+    p.add_argument("--deployment", required=True, help="the daemon's Deployment")
+    p.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS",
+                   help="how long to wait for the daemon pods to stop (default 120)")
+    p.add_argument("--kubeconfig", metavar="FILE", default=None,
+                   help="kubeconfig file (default: in-cluster config, else KUBECONFIG or ~/.kube/config)")
+    return p.parse_args(argv)
+
+
+def stop_release_main(argv: list[str]) -> int:
+    args = parse_stop_args(argv)
+    setup_logging("info")
+    try:
+        kube = Kube.connect(args.kubeconfig)
+    except ConfigError as e:
+        print(f"kuberhealthy: error: {e}", file=sys.stderr)
+        return EXIT_CONFIG
+    try:
+        outcome = stop_release(Resources(kube), args.namespace, args.deployment, args.timeout)
+    finally:
+        kube.close()
+    print(f"kuberhealthy {STOP_RELEASE}: {args.namespace}/{args.deployment}: {outcome}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == [STOP_RELEASE]:
+        return stop_release_main(argv[1:])
     args = parse_args(argv)
     setup_logging("debug" if args.debug else "info")  # so warnings while loading the config are formatted
     try:

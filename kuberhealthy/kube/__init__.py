@@ -4,6 +4,7 @@ from kuberhealthy.kube.client import Kube, Obj
 from kuberhealthy.kube.protocols import Api, Cache
 from kuberhealthy.kube.reflector import Reflector, key_of
 from kuberhealthy.kube.resources import (
+    DEPLOYMENTS,
     EVENTS,
     KHCHECKS,
     KHJOBS,
@@ -16,6 +17,7 @@ from kuberhealthy.kube.resources import (
 )
 
 __all__ = [
+    "DEPLOYMENTS",
     "EVENTS",
     "KHCHECKS",
     "KHJOBS",

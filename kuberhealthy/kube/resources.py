@@ -54,6 +54,7 @@ PODS = Resource("pods")
 LEASES = Resource("leases", "coordination.k8s.io")
 EVENTS = Resource("events")
 TOKENREVIEWS = Resource("tokenreviews", "authentication.k8s.io", namespaced=False)
+DEPLOYMENTS = Resource("deployments", "apps")  # only for stopping a release before uninstall
 
 
 class Resources:

@@ -803,7 +803,8 @@ def installed(helm: Helm, cluster: TestCluster) -> Iterator[Installed]:
     try:
         yield Installed(namespace=ns, other=other, token=token)
     finally:
-        helm.run("uninstall", "kuberhealthy", "--namespace", ns, kubeconfig=cluster.kubeconfig, check=False)
+        helm.run("uninstall", "kuberhealthy", "--no-hooks", "--namespace", ns, kubeconfig=cluster.kubeconfig,
+                 check=False)
         # Leave no khchecks behind for a daemon started by a later test to pick up.
         delete_quietly(cluster, khc(other, "elsewhere"), khc(other, "keep-me"))
 
@@ -830,7 +831,7 @@ KIND_PATHS = {
     "RoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "rolebindings"),
     "ClusterRole": ("/apis/rbac.authorization.k8s.io/v1", "clusterroles"),
     "ClusterRoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "clusterrolebindings"),
-    "KuberhealthyCheck": (GROUP_PATH, "khchecks"),
+    "KuberhealthyCheck": (GROUP_PATH, "khchecks"), "Job": ("/apis/batch/v1", "jobs"),
 }
 
 
@@ -1036,5 +1037,35 @@ def test_with_a_target_namespace_the_service_account_reaches_only_that_namespace
         assert not api.can("list", "pods", "", namespace)
         assert api.can("update", "leases", "coordination.k8s.io", namespace, "kuberhealthy")
     finally:
-        helm.run("uninstall", "kuberhealthy", "--namespace", namespace, kubeconfig=cluster.kubeconfig, check=False)
+        helm.run("uninstall", "kuberhealthy", "--no-hooks", "--namespace", namespace, kubeconfig=cluster.kubeconfig,
+                 check=False)
         delete_quietly(cluster, khs(target, "s"), f"/api/v1/namespaces/{target}/pods/checker")
+
+
+# --- the pre-delete hook that stops the daemons before Helm removes their RBAC --------------------------
+
+def test_the_uninstall_hook_stops_the_daemon_with_a_role_that_can_only_scale_it_and_list_pods(helm: Helm) -> None:
+    objs = helm.template(namespace="kh")
+    hooked = [o for o in objs if (o["metadata"].get("annotations") or {}).get("helm.sh/hook") == "pre-delete"]
+    assert sorted(o["kind"] for o in hooked) == ["Job", "Role", "RoleBinding", "ServiceAccount"]
+    job = one(objs, "Job", "kuberhealthy-stop-release")
+    weights = {o["kind"]: int(o["metadata"]["annotations"]["helm.sh/hook-weight"]) for o in hooked}
+    assert weights["Job"] > weights["Role"] == weights["RoleBinding"] == weights["ServiceAccount"]
+    pod = job["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["args"][:5] == ["stop-release", "--namespace", "kh", "--deployment", "kuberhealthy"]
+    assert container["image"] == one(objs, "Deployment", "kuberhealthy")["spec"]["template"]["spec"][
+        "containers"][0]["image"]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
+    assert pod["serviceAccountName"] == "kuberhealthy-stop-release" and pod["restartPolicy"] == "Never"
+    role = one(objs, "Role", "kuberhealthy-stop-release")
+    assert _rules_by_resource(role) == {"apps/deployments": {"get", "patch"}, "/pods": {"list"}}
+    assert [r.get("resourceNames") for r in role["rules"] if "deployments" in r["resources"]] == [["kuberhealthy"]]
+    binding = one(objs, "RoleBinding", "kuberhealthy-stop-release")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "kuberhealthy-stop-release", "namespace": "kh"}]
+
+
+def test_the_uninstall_hook_can_be_turned_off(helm: Helm) -> None:
+    objs = helm.template("uninstallHook.enabled=false", namespace="kh")
+    assert not [o for o in objs if "stop-release" in o["metadata"]["name"]]

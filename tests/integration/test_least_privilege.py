@@ -59,4 +59,5 @@ def test_the_daemon_elects_itself_and_runs_a_check_with_only_the_chart_s_permiss
         daemon.stop()
     lease = cluster.request("GET", LEASES.path(namespace, "kuberhealthy"))
     assert lease["spec"].get("holderIdentity") in (None, "")  # released on stop
-    helm.run("uninstall", "kuberhealthy", "--namespace", namespace, kubeconfig=cluster.kubeconfig, check=False)
+    helm.run("uninstall", "kuberhealthy", "--no-hooks", "--namespace", namespace, kubeconfig=cluster.kubeconfig,
+             check=False)
