@@ -29,6 +29,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from testbed.helm import Helm
 from testbed.loopback import free_port
 from testbed.paths import CHART
+from testbed.procs import end_group
 
 RELEASE = "kh"
 API_TIMEOUT = 60.0
@@ -171,12 +172,7 @@ class E2E:
             poll(lambda: requests.get(f"{base}/healthz", timeout=5).ok, 30, "kubectl port-forward")
             yield base
         finally:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
+            end_group(proc)
 
     # --- checks -------------------------------------------------------------------------------------
 
