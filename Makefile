@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: help venv testbed demo test test-unit e2e test-slow lint bench scale faults image image-test image-tools screenshots node-start node-stop node-status clean
+.PHONY: help venv testbed demo test test-unit e2e test-slow lint bench scale faults image image-test image-tools screenshots attack node-start node-stop node-status clean
 
 help:
 	@echo "make demo    - local API server + sample checks + simulated kubelet + the daemon"
@@ -18,6 +18,7 @@ help:
 	@echo "make image   - build the daemon image (docker, podman or buildah; BASE_IMAGE=debian: no registry)"
 	@echo "make image-test - build the image on a Debian-made base and smoke-test it (part of make test)"
 	@echo "make scale   - N checks on one daemon (250, 1000, 2000): lag, failures, CPU, memory, API; targets at 1000"
+	@echo "make attack  - slow clients, report floods, cross-site run-now, squatted names, event spam vs a real daemon: targets table"
 	@echo "make faults  - API server restart/freeze/outage, silent network, leader kill, config reload: invariants table (~10 min)"
 	@echo "make node-start - a real single node (containerd, kubelet, kube-proxy; root; builds once): hack/node/node.sh"
 	@echo "make node-stop  - delete its pods, stop it, undo every host side effect (iptables, mounts, sysctls)"
@@ -75,6 +76,9 @@ scale: venv testbed
 
 # Not part of `make test` (tests/integration/test_faults.py holds its short versions). FAULTS_ARGS:
 # --scenario NAME (repeatable), --quick, --election, --workdir DIR. Exit 1: an invariant violated.
+attack: venv testbed
+	$(BIN)/python -m bench.attack $(ATTACK_ARGS)
+
 faults: venv testbed
 	$(BIN)/python -m bench.faults $(FAULTS_ARGS)
 
