@@ -8,7 +8,12 @@ wall clock and calls sys.exit. Here:
   * Writes carry the resourceVersion they read, so a 409 means another replica won the race.
   * The leader steps down when it has not renewed for `renew_deadline`, which is shorter than
     `lease_duration`, so it stops its checks before anyone else may take over.
-  * stop() releases the Lease (holder cleared) so a standby takes over at its next retry.
+  * stop() releases the Lease (holder cleared). Every replica also watches the one Lease (when given
+    a `watch`): a standby tries at once when the Lease is freed, instead of at its next retry, so the
+    running standby takes over a released Lease in milliseconds, before a replacement pod has even
+    started. The watch only wakes the loop (the decision still comes from a fresh GET), and only for
+    changes that matter: a free Lease, or, while leading, another holder. Expiry is still found by
+    the retryPeriod loop (an expiry makes no event).
   * A replica that loses the lease keeps contending for as long as it runs.
 """
 from __future__ import annotations
@@ -20,12 +25,14 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from kuberhealthy.base.config import LeaderElection
 from kuberhealthy.base.errors import ApiError, Conflict, NotFound
 from kuberhealthy.base.threads import PeriodicThread
 from kuberhealthy.base.times import format_micro_time, utcnow
 from kuberhealthy.kube import LEASES, Obj, Resources
+from kuberhealthy.kube.protocols import Listener
 
 logger = logging.getLogger(__name__)
 
@@ -68,13 +75,22 @@ def decide(record: Record | None, observed_at: float, now: float, identity: str,
     return Action.WAIT
 
 
+class LeaseWatch(Protocol):
+    """What the elector needs of a cache of its one Lease (kube.reflector.Reflector)."""
+
+    def add_listener(self, fn: Listener) -> None: ...
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
+    def join(self, timeout: float | None = None) -> None: ...
+
+
 class LeaderElector(PeriodicThread):
     """One thread contending for the Lease; calls on_started / on_stopped on leadership changes."""
 
     def __init__(self, resources: Resources, namespace: str, identity: str, settings: LeaderElection,
                  on_started: Callable[[], None], on_stopped: Callable[[], None],
                  clock: Callable[[], float] = time.monotonic,
-                 wall: Callable[[], dt.datetime] = utcnow) -> None:
+                 wall: Callable[[], dt.datetime] = utcnow, watch: LeaseWatch | None = None) -> None:
         super().__init__("kh-leader-elector", settings.retry_period, tick_at_start=True)
         self._res = resources
         self._ns = namespace
@@ -94,6 +110,10 @@ class LeaderElector(PeriodicThread):
         # the renew deadline: a hung connection cannot keep this replica leading past renewDeadline
         # (plus one retryPeriod), which is shorter than leaseDuration.
         self._call_timeout = settings.retry_period
+        self._wake = threading.Event()  # set by the Lease watch (or stop): try now, not at the next retry
+        self._watch = watch
+        if watch is not None:
+            watch.add_listener(self._lease_changed)
 
     # --- queries ---------------------------------------------------------------------------------
 
@@ -107,6 +127,33 @@ class LeaderElector(PeriodicThread):
 
     # --- the loop ----------------------------------------------------------------------------------
 
+    def start(self) -> None:
+        if self._watch is not None:
+            self._watch.start()
+        super().start()
+
+    def stop(self) -> None:
+        super().stop()
+        self._wake.set()
+
+    def _run(self) -> None:
+        self._safe_tick()
+        while not self._stop.is_set():
+            self._wake.wait(self.interval)
+            self._wake.clear()
+            if self._stop.is_set():
+                break
+            self._safe_tick()
+        self.finish()
+
+    def _lease_changed(self, etype: str, obj: Obj, prev: Obj | None) -> None:
+        """The Lease watch's listener (its thread): wake the loop for a freed Lease or a lost one."""
+        if (obj.get("metadata") or {}).get("name") != self._settings.lease_name:
+            return
+        holder = "" if etype == "DELETED" else Record.of(obj).holder
+        if not holder or (holder != self.identity and self.is_leader()):
+            self._wake.set()
+
     def tick(self) -> None:
         self.try_once()
 
@@ -115,6 +162,9 @@ class LeaderElector(PeriodicThread):
 
     def finish(self) -> None:
         self._release()
+        if self._watch is not None:
+            self._watch.stop()
+            self._watch.join(self._settings.retry_period)
 
     def try_once(self) -> Action:
         """Read the Lease, decide, act. Public so tests can step the elector without a thread."""

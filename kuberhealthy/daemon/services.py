@@ -20,7 +20,7 @@ from kuberhealthy.base.threads import Deaths
 from kuberhealthy.control.controller import Controller
 from kuberhealthy.control.leader import ForcedLeader, LeaderElector
 from kuberhealthy.control.reaper import CheckReaper, StateReaper
-from kuberhealthy.kube import KHCHECKS, KHJOBS, KHSTATES, PODS, Kube, Obj, Reflector, Resources
+from kuberhealthy.kube import KHCHECKS, KHJOBS, KHSTATES, LEASES, PODS, Kube, Obj, Reflector, Resources
 from kuberhealthy.outputs.events import EventRecorder
 from kuberhealthy.outputs.heldreports import HeldReports
 from kuberhealthy.outputs.influx import InfluxForwarder
@@ -269,6 +269,13 @@ def build(config: Config, kube: Kube) -> Services:
 
 
 def make_elector(controller: Controller, services: Services, config: Config) -> Elector:
-    kind = ForcedLeader if config.enable_force_master else LeaderElector
-    return kind(services.resources, config.pod_namespace, config.pod_name, config.leader_election,
-                controller.became_leader, controller.lost_leadership)
+    settings = config.leader_election
+    if config.enable_force_master:
+        return ForcedLeader(services.resources, config.pod_namespace, config.pod_name, settings,
+                            controller.became_leader, controller.lost_leadership)
+    # The one Lease, watched: a standby takes a released Lease at once (leader.py). Not a cache that
+    # readiness waits for: the decision is always a fresh GET.
+    watch = Reflector(services.kube, LEASES, namespace=config.pod_namespace,
+                      field_selector=f"metadata.name={settings.lease_name}", name="kh-lease-watch")
+    return LeaderElector(services.resources, config.pod_namespace, config.pod_name, settings,
+                         controller.became_leader, controller.lost_leadership, watch=watch)

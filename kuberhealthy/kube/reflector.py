@@ -75,7 +75,8 @@ class Reflector(BackgroundThread):
     """Keeps `store` equal to the server's objects of one resource (optionally one namespace/selector)."""
 
     def __init__(self, kube: Kube, resource: Resource, *, namespace: str | None = None,
-                 label_selector: str | None = None, notifier: Notifier | None = None,
+                 label_selector: str | None = None, field_selector: str | None = None,
+                 notifier: Notifier | None = None,
                  indexers: dict[str, Indexer] | None = None, name: str | None = None,
                  watch_seconds: int = WATCH_SECONDS, transform: Transform | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -86,6 +87,7 @@ class Reflector(BackgroundThread):
         self._resources = Resources(kube)
         self._namespace = namespace or None
         self._selector = label_selector
+        self._fields = field_selector
         self.notifier = notifier or Notifier()
         self._indexers = dict(indexers or {})
         self._watch_seconds = watch_seconds
@@ -213,7 +215,7 @@ class Reflector(BackgroundThread):
             backoff = min(backoff * 2, BACKOFF_MAX)
 
     def _relist(self) -> None:
-        items, rv = self._resources.list(self._res, self._namespace, self._selector)
+        items, rv = self._resources.list(self._res, self._namespace, self._selector, self._fields)
         fresh = {key_of(o): self._prepare(o) for o in items}
         with self._lock:
             old = self._store
@@ -248,6 +250,8 @@ class Reflector(BackgroundThread):
                                  "timeoutSeconds": seconds, "resourceVersion": self._rv or ""}
         if self._selector:
             query["labelSelector"] = self._selector
+        if self._fields:
+            query["fieldSelector"] = self._fields
         raw = self._kube.open_stream(self._res.path(self._namespace), query, seconds + READ_GRACE)
         self._stream = raw
         opened, frames = self._clock(), 0

@@ -367,10 +367,11 @@ def test_by_default_the_daemon_gets_exactly_its_check_rules_cluster_wide(helm: H
     (rb,) = bound_to_daemon(objs, "RoleBinding")
     lease_role = one(objs, "Role", rb["roleRef"]["name"])
     assert lease_role["metadata"]["namespace"] == "monitoring"
-    assert _rules_by_resource(lease_role) == {"coordination.k8s.io/leases": {"create", "get", "update"}}
+    assert _rules_by_resource(lease_role) == {"coordination.k8s.io/leases": {"create", "get", "list", "watch",
+                                                                             "update"}}
     named = [r for r in lease_role["rules"] if r.get("resourceNames")]
     assert named == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
-                      "resourceNames": ["kuberhealthy"], "verbs": ["get", "update"]}]
+                      "resourceNames": ["kuberhealthy"], "verbs": ["get", "list", "watch", "update"]}]
 
 
 def test_with_a_target_namespace_the_daemon_gets_a_role_there_and_a_cluster_role_only_for_token_reviews(
@@ -386,7 +387,7 @@ def test_with_a_target_namespace_the_daemon_gets_a_role_there_and_a_cluster_role
     # In its own namespace only its Lease (it reads its own pod only when checks run beside it).
     own = [r for r in find(objs, "Role") if r["metadata"]["namespace"] == "monitoring"
            and r["metadata"]["name"] == bindings["monitoring"]["roleRef"]["name"]]
-    assert _rules_by_resource(own[0]) == {"coordination.k8s.io/leases": {"create", "get", "update"}}
+    assert _rules_by_resource(own[0]) == {"coordination.k8s.io/leases": {"create", "get", "list", "watch", "update"}}
     # The bundled checks follow the daemon into the target namespace.
     assert {c["metadata"]["namespace"] for c in find(objs, "KuberhealthyCheck")} == {"apps"}
     assert config_file(objs)["targetNamespace"] == "apps"
@@ -951,10 +952,18 @@ def test_the_service_account_can_create_read_and_renew_only_its_own_lease(
     assert status == 200, body
     assert body["spec"]["holderIdentity"] == "kuberhealthy-1"
 
+    # Listing and watching only when the request names it (the elector's watch, leader.py).
+    named = "fieldSelector=metadata.name%3Dkuberhealthy"
+    status, body = api("GET", f"{base}?{named}")
+    assert status == 200, body
+    assert [i["metadata"]["name"] for i in body["items"]] == ["kuberhealthy"]
+    assert api("GET", f"{base}?{named}&watch=true&timeoutSeconds=1")[0] == 200
+
     # Nothing else about Leases: not another Lease, not listing, not deleting, not other namespaces.
     assert not api.can("get", "leases", "coordination.k8s.io", installed.namespace, "someone-elses-lease")
     assert not api.can("update", "leases", "coordination.k8s.io", installed.namespace, "someone-elses-lease")
     assert api("GET", base)[0] == 403
+    assert api("GET", f"{base}?fieldSelector=metadata.name%3Dsomeone-elses-lease")[0] == 403
     assert api("DELETE", f"{base}/kuberhealthy")[0] == 403
     assert api("POST", f"/apis/coordination.k8s.io/v1/namespaces/{installed.other}/leases", lease)[0] == 403
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import threading
 from typing import Any
 
 from kuberhealthy.base.config import LeaderElection
@@ -134,3 +135,74 @@ def test_a_write_with_a_stale_resource_version_loses_the_race() -> None:
     except Conflict:
         pass
     assert a.try_once() is Action.WAIT and not a.is_leader()  # a sees b's lease and does not lead
+
+
+class FakeWatch:
+    """The Lease watch as the elector sees it: listeners it can be told to call."""
+
+    def __init__(self) -> None:
+        self.listeners: list[Any] = []
+        self.started = self.stopped = False
+
+    def add_listener(self, fn: Any) -> None:
+        self.listeners.append(fn)
+
+    def emit(self, etype: str, obj: dict[str, Any]) -> None:
+        for fn in self.listeners:
+            fn(etype, copy.deepcopy(obj), None)
+
+    def start(self) -> None:
+        self.started = True
+
+    def stop(self) -> None:
+        self.stopped = True
+
+    def join(self, timeout: float | None = None) -> None:
+        pass
+
+
+def test_a_released_lease_wakes_the_standby_at_once_not_at_its_next_retry() -> None:
+    store, events = FakeLeases(), list[str]()
+    slow = LeaderElection(lease_name="kh", lease_duration=15, renew_deadline=10, retry_period=3600)
+    watch = FakeWatch()
+    a = LeaderElector(store, "kh-ns", "a", SETTINGS, lambda: events.append("a started"),  # type: ignore[arg-type]
+                      lambda: events.append("a stopped"))
+    a.try_once()
+    b = LeaderElector(store, "kh-ns", "b", slow, lambda: events.append("b started"),  # type: ignore[arg-type]
+                      lambda: events.append("b stopped"), watch=watch)
+    b.start()  # its first try finds a holding the Lease; the next retry would be an hour away
+    try:
+        assert watch.started
+        assert store.obj is not None
+        watch.emit("MODIFIED", store.obj)  # a renewal: nothing to do, and nothing done
+        a._release()
+        assert store.obj is not None
+        watch.emit("MODIFIED", store.obj)  # the release, as the watch delivers it
+        deadline = threading.Event()
+        for _ in range(200):  # a hang guard, not a speed limit
+            if b.is_leader():
+                break
+            deadline.wait(0.05)
+        assert b.is_leader() and store.obj["spec"]["holderIdentity"] == "b"
+    finally:
+        b.stop()
+        b.join(10)
+    assert watch.stopped
+    assert events == ["a started", "a stopped", "b started", "b stopped"]
+
+
+def test_the_leader_s_own_renewals_do_not_wake_it_but_another_holder_does() -> None:
+    store, clock, events = FakeLeases(), Clock(), []
+    watch = FakeWatch()
+    a = LeaderElector(store, "kh-ns", "a", SETTINGS, lambda: events.append("a started"),  # type: ignore[arg-type]
+                      lambda: events.append("a stopped"), clock=clock, watch=watch)
+    a.try_once()
+    assert store.obj is not None
+    watch.emit("MODIFIED", store.obj)
+    assert not a._wake.is_set()  # its own renewal: a wake here would renew in a loop
+    taken = copy.deepcopy(store.obj)
+    taken["spec"]["holderIdentity"] = "b"
+    watch.emit("MODIFIED", taken)
+    assert a._wake.is_set()
+    watch.emit("DELETED", taken)
+    assert a._wake.is_set()
