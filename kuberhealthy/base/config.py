@@ -74,6 +74,7 @@ class Config:
     expose_logs: bool = False  # show those log tails on the unauthenticated JSON API and dashboard
     enable_run_api: bool = True  # POST /api/checks/<ns>/<name>/run
     dashboard_at_root: bool = False  # browsers asking for HTML at / get the dashboard
+    trusted_origins: frozenset[str] = frozenset()  # origins (scheme://host[:port]) that may request runs cross-site
 
 
 _KNOWN_KEYS = {
@@ -82,7 +83,7 @@ _KNOWN_KEYS = {
     "maxCompletedPodCount", "maxErrorPodCount", "targetNamespace", "leaderElection", "checkChangeDebounce",
     "stateReaperInterval", "checkReaperRunInterval", "promMetricsConfig",
     "reportSourceCheck", "reportAuth", "reportRateLimit", "reportRateBurst",
-    "historyLength", "captureLogs", "exposeLogs", "enableRunAPI", "dashboardAtRoot",
+    "historyLength", "captureLogs", "exposeLogs", "enableRunAPI", "dashboardAtRoot", "trustedOrigins",
 }
 REPORT_SOURCE_CHECKS = ("warn", "enforce", "off")
 REPORT_AUTHS = ("token-or-uuid", "token")
@@ -112,7 +113,7 @@ def _int(raw: Mapping[str, Any], key: str, default: int, prefix: str = "") -> in
     if key not in raw or raw[key] is None:
         return default
     v = raw[key]
-    if isinstance(v, str) and v.strip().lstrip("-").isdigit():
+    if isinstance(v, str) and v.strip().isascii() and v.strip().lstrip("-").isdigit():  # "²".isdigit() is true
         v = int(v.strip())
     if not isinstance(v, int) or isinstance(v, bool) or v < 0:
         raise ConfigError(prefix + key, f"expected a whole number >= 0, got {raw[key]!r}")
@@ -276,7 +277,36 @@ def from_mapping(raw: Mapping[str, Any], environ: Mapping[str, str] | None = Non
         expose_logs=_bool(raw, "exposeLogs", False),
         enable_run_api=_bool(raw, "enableRunAPI", True),
         dashboard_at_root=_bool(raw, "dashboardAtRoot", False),
+        trusted_origins=_origins(raw, "trustedOrigins"),
     )
+
+
+def _origins(raw: Mapping[str, Any], key: str) -> frozenset[str]:
+    """A list of origins as browsers send them in `Origin` (`https://kh.example.com`, `http://host:8080`):
+    a scheme and a host, no path, query or fragment (the rules of Go's AddTrustedOrigin). Kept in lower
+    case, the form browsers serialise an origin in."""
+    value = raw.get(key)
+    if value is None:
+        return frozenset()
+    if not isinstance(value, list):
+        raise ConfigError(key, f"expected a list of origins such as https://kh.example.com, got {value!r}")
+    out = set()
+    for item in value:
+        if not isinstance(item, str):
+            raise ConfigError(key, f"expected origins such as https://kh.example.com, got {item!r}")
+        origin = item.strip().lower()
+        try:
+            parts = urlsplit(origin)
+            parts.port  # noqa: B018 - raises ValueError for a bad port
+        except ValueError:
+            raise ConfigError(key, f"invalid origin {item!r}") from None
+        if parts.scheme not in ("http", "https") or not parts.hostname or "@" in parts.netloc:
+            raise ConfigError(key, f"invalid origin {item!r}: expected http(s)://host[:port]")
+        if parts.path or parts.query or parts.fragment or "?" in origin or "#" in origin:
+            raise ConfigError(key, f"invalid origin {item!r}: a path, query or fragment is not allowed "
+                              "(an origin is scheme://host[:port], no trailing slash)")
+        out.add(f"{parts.scheme}://{parts.netloc}")
+    return frozenset(out)
 
 
 def _positive_int(raw: Mapping[str, Any], key: str, default: int) -> int:

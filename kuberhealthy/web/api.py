@@ -8,6 +8,8 @@ name are two entries), 404 with one line of plain text for an unknown name.
 Run now (docs/interface.md#run-now, records/runnow.py). The handler sets the run-now annotation on the khcheck and
 answers 202; the leader runs the check and removes the annotation. In order:
   * route off (config enableRunAPI: false) → 404, as for any unknown path;
+  * a cross-site browser request, or a body typed as a form or text/plain → 403 (web/origin.py; config
+    trustedOrigins lists the origins that may ask anyway);
   * the per-source rate limit shared with reports (config reportRateLimit/reportRateBurst) → 429;
   * no khcheck of that name → 404; a khjob of that name (and no khcheck) → 409: a khjob runs once,
     when it is created, and is never run on request;
@@ -31,6 +33,7 @@ from kuberhealthy.base.errors import ApiError, Conflict, NotFound, is_transient
 from kuberhealthy.kube import KHCHECKS, Obj
 from kuberhealthy.outputs.events import KIND_CHECK, ObjectRef
 from kuberhealthy.records import runnow
+from kuberhealthy.web import origin
 from kuberhealthy.web.context import context, plain, requested_namespaces
 from kuberhealthy.web.ratelimit import RateLimiter
 from kuberhealthy.web.report.finder import normalize_ip
@@ -43,6 +46,15 @@ bp = Blueprint("api", __name__)
 RUN_BUDGET = 5.0  # seconds a run request may spend on API calls (patch, a read after a conflict, patch)
 RETRY_AFTER = "2"  # seconds, for 503 answers
 ATTEMPTS = 2  # conditional patches per request (the second after a conflict with an unrelated change)
+
+
+@bp.before_request
+def _same_origin_only() -> Response | None:
+    """Every state-changing route of this blueprint (today: run) refuses cross-site browser requests."""
+    config = context().services.config
+    if request.method in origin.SAFE_METHODS or not config.enable_run_api:
+        return None  # reads; or the run route is off, and answers 404 like a path that does not exist
+    return origin.refusal(config.trusted_origins)
 
 
 def _listing(built: list[Built]) -> Response:

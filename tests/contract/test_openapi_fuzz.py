@@ -8,14 +8,22 @@ ones, and every answer must be documented for its operation, never a 5xx, and ma
 from a checker pod) or a run request for a real check, so afterwards no khstate has changed and no
 khcheck carries a run-now request. Bounded: a few dozen examples per operation (reports fewer: each
 unknown caller waits briefly for the pod cache), well under a minute in all.
+
+Free-text query parameters are generated as odd strings on purpose (CONTRACT section 13: malformed
+query strings get 4xx, never 5xx): the fuzz loads the served document and marks each of them with a
+string format whose strategy makes token-shaped values with non-ASCII digits (`x.².y`: "²".isdigit() is
+true, int("²") raises), signs, underscores, long digit runs, NULs and plain random text.
 """
 from __future__ import annotations
 
+import string
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 import requests
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from hypothesis.errors import Unsatisfiable
 
 from testbed.builders import khc, khcheck, khs
@@ -38,6 +46,29 @@ CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
           response_schema_conformance]
 EXAMPLES = 30  # per operation and generation mode
 REPORT_EXAMPLES = 8  # per mode: each unknown caller costs the report handler's short wait for its pod
+
+
+ODD_FORMAT = "kh-odd-query"  # a generation hint only: the fuzz marks free-text query parameters with it
+ODD_PARTS = ["\u00b2", "\u2460", "\u0663", "\uff11", "-1", "+1", " 1", "1_0", "0x1f", "", "0", "9" * 400, "\x00",
+             "\u00e9"]
+ALNUM = st.text(alphabet=string.ascii_letters + string.digits, max_size=12)
+ODD_QUERY = st.one_of(
+    st.tuples(ALNUM, st.sampled_from(ODD_PARTS), ALNUM).map(".".join),  # `<epoch>.<generation>.<digest>`-like
+    st.lists(st.one_of(ALNUM, st.sampled_from(ODD_PARTS)), max_size=5).map(".".join),
+    st.text(max_size=40),
+).filter(lambda v: len(quote(v)) <= 1200)  # three of them stay under gunicorn's 4,094-byte request line
+schemathesis.openapi.format(ODD_FORMAT, ODD_QUERY)
+
+
+def _odd_queries(doc: dict[str, Any]) -> dict[str, Any]:
+    """The document with every free-text query parameter (a string, no enum or pattern) marked ODD_FORMAT."""
+    params = [p for item in doc["paths"].values() for op in item.values() if isinstance(op, dict)
+              for p in op.get("parameters", [])]
+    for p in [*params, *doc["components"]["parameters"].values()]:
+        schema = p.get("schema") or {}
+        if p.get("in") == "query" and schema.get("type") == "string" and not {"enum", "pattern"} & set(schema):
+            p["schema"] = {**schema, "format": ODD_FORMAT}
+    return doc
 
 
 def _examples(path: str) -> int:
@@ -89,7 +120,8 @@ def test_every_generated_request_gets_a_documented_answer_and_rejected_ones_chan
              what="both checks to have run once")
     states, annotations = _states(cluster, namespace), _annotations(cluster, namespace)
 
-    schema = schemathesis.openapi.from_url(daemon.url + "/openapi.json")
+    served = requests.get(daemon.url + "/openapi.json", timeout=10).json()
+    schema = schemathesis.openapi.from_dict(_odd_queries(served))
     session = requests.Session()
     answered: dict[str, set[int]] = {}
     for result in schema.get_all_operations():
@@ -102,6 +134,8 @@ def test_every_generated_request_gets_a_documented_answer_and_rejected_ones_chan
                 _fuzz(operation, GenerationMode.POSITIVE, daemon.url, session, statuses,
                       {"namespace": namespace, "name": name})
     assert 200 in answered["GET /api/checks/{namespace}/{name}"] and 400 in answered["POST /externalCheckStatus"]
+    assert 400 in answered["GET /dashboard/live"], "no odd since token was generated"  # the class is reached
+    assert 403 in answered["POST /api/checks/{namespace}/{name}/run"], "no cross-site run request was generated"
     token = session.get(daemon.url + "/dashboard/live", timeout=5).json()["token"]
     assert session.get(f"{daemon.url}/dashboard/live?since={token}", headers={"If-None-Match": f'"{token}"'},
                        timeout=5).status_code == 304  # the page's own poll, documented as such

@@ -33,6 +33,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kuberhealthy.base import config as kh_config
 from kuberhealthy.kube import KHCHECKS, KHJOBS, KHSTATES
+from kuberhealthy.records import checkpod
 from testbed.builders import API_VERSION, checker_pod, khc, khcheck, khjob, khs, khstate
 from testbed.cluster import TestCluster
 from testbed.crds import load_crds
@@ -89,6 +90,9 @@ VARIATIONS = {
         "grafana.dashboards.enabled=true", "grafana.dashboards.annotations.grafana_folder=Kuberhealthy",
         "influx.passwordSecret=kh-influx", "config.enableInflux=true", "config.influxURL=http://influxdb:8086",
         "config.influxDB=kuberhealthy", "config.influxUsername=kuberhealthy"),
+    "network policy with namespaces and node addresses": (
+        "networkPolicy.enabled=true", "networkPolicy.allowedNamespaces={monitoring,ingress-nginx}",
+        "networkPolicy.allowedCIDRs={10.0.0.0/24,fd00::/64}", "config.trustedOrigins={https://kh.example.com}"),
 }
 
 
@@ -446,6 +450,40 @@ def test_the_bundled_checks_render_as_valid_khchecks_with_their_own_service_acco
     # allNamespaces binds the cluster-wide roles to the account in the release namespace.
     for crb in find(objs, "ClusterRoleBinding"):
         assert all(s["namespace"] == "monitoring" for s in crb["subjects"])
+
+
+def test_the_network_policy_is_off_by_default(helm: Helm) -> None:
+    assert find(helm.template(), "NetworkPolicy") == []
+
+
+def test_the_network_policy_admits_port_8080_from_checker_pods_listed_namespaces_and_cidrs(helm: Helm) -> None:
+    objs = helm.template("networkPolicy.enabled=true", "networkPolicy.allowedNamespaces={monitoring,ingress-nginx}",
+                         "networkPolicy.allowedCIDRs={10.0.0.0/24,fd00::/64}")
+    policy = one(objs, "NetworkPolicy", "kuberhealthy")["spec"]
+    pod_labels = one(objs, "Deployment", "kuberhealthy")["spec"]["template"]["metadata"]["labels"]
+    assert policy["podSelector"]["matchLabels"].items() <= pod_labels.items()
+    assert policy["policyTypes"] == ["Ingress"]
+    (rule,) = policy["ingress"]
+    assert rule["ports"] == [{"port": 8080, "protocol": "TCP"}]
+    container = one(objs, "Deployment", "kuberhealthy")["spec"]["template"]["spec"]["containers"][0]
+    assert [p["containerPort"] for p in container["ports"]] == [8080]
+    checkers, namespaces, *blocks = rule["from"]
+    # every checker pod carries this label (records/checkpod.py), whichever namespace its check is in
+    assert checkers == {"namespaceSelector": {}, "podSelector": {"matchLabels": {
+        checkpod.APP_LABEL: checkpod.APP_LABEL_VALUE}}}
+    assert namespaces == {"namespaceSelector": {"matchExpressions": [
+        {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["monitoring", "ingress-nginx"]}]}}
+    assert blocks == [{"ipBlock": {"cidr": "10.0.0.0/24"}}, {"ipBlock": {"cidr": "fd00::/64"}}]
+
+    only_checkers = one(helm.template("networkPolicy.enabled=true"), "NetworkPolicy", "kuberhealthy")["spec"]
+    assert only_checkers["ingress"][0]["from"] == [checkers]
+
+
+def test_a_network_policy_value_that_is_no_cidr_or_no_key_is_refused_by_the_values_schema(helm: Helm) -> None:
+    for bad in ("networkPolicy.allowedCIDRs={10.0.0.1}", "networkPolicy.allowedNamespaces={Not_A_Name}",
+                "networkPolicy.allowedPorts={80}"):
+        proc = helm.run("template", "kh", str(CHART), "--set", bad, check=False)
+        assert proc.returncode != 0 and "networkPolicy" in proc.stderr, bad
 
 
 def test_include_crds_renders_the_three_crds(helm: Helm) -> None:
@@ -833,6 +871,7 @@ KIND_PATHS = {
     "ClusterRole": ("/apis/rbac.authorization.k8s.io/v1", "clusterroles"),
     "ClusterRoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "clusterrolebindings"),
     "KuberhealthyCheck": (GROUP_PATH, "khchecks"), "Job": ("/apis/batch/v1", "jobs"),
+    "NetworkPolicy": ("/apis/networking.k8s.io/v1", "networkpolicies"),
 }
 
 

@@ -8,6 +8,7 @@ No Flask, no I/O, no clock.
 from __future__ import annotations
 
 import hashlib
+import re
 import threading
 import uuid
 from collections import deque
@@ -15,6 +16,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 CHANGES_KEPT = 10_000  # removals remembered for deltas; a client further behind gets everything again
+TOKEN_MAX = 128  # characters; a token this process issues has 8 + 1 + at most 19 + 1 + 16
+# `<epoch>.<generation>[.<digest>]`, ASCII only: str.isdigit() and int() also take "²" and "٣", and
+# int() of a 5,000-digit string is refused (or slow); so digits are matched by class, with a bound.
+TOKEN = re.compile(r"[0-9a-zA-Z]{1,32}\.([0-9]{1,19})(?:\.[0-9a-zA-Z]{1,64})?")
 
 
 @dataclass
@@ -78,14 +83,25 @@ class ChangeLog:
         """The rows changed (and removed) after `token`; everything when the token is not understood."""
         with self._lock:
             current = self._token()
-            epoch, gen_text, digest = [*token.split("."), "", ""][:3]
+            epoch, _, digest = [*token.split("."), "", ""][:3]
             if digest == self._digest:
                 return Delta(current, False)
-            gen = int(gen_text) if gen_text.isdigit() else -1
+            gen = generation(token)
             if epoch != self.epoch or gen < self._floor or gen > self._gen:
                 return Delta(current, True, sorted(self._rows))
             return Delta(current, False, sorted(k for k, (_, g) in self._rows.items() if g > gen),
                          [k for g, k in self._removed if g > gen])
+
+
+def well_formed(token: str) -> bool:
+    """`token` has the shape of one a ChangeLog issues (this process's, another replica's, an older one's)."""
+    return generation(token) >= 0
+
+
+def generation(token: str) -> int:
+    """The generation a token names; -1 when it is not well formed."""
+    m = TOKEN.fullmatch(token) if len(token) <= TOKEN_MAX else None
+    return int(m.group(1)) if m else -1
 
 
 def _digest(versions: Mapping[str, object], master: str) -> str:

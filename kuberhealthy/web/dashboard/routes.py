@@ -1,7 +1,8 @@
 """`GET /dashboard`: the page for people (web/dashpage.py renders it), its live updates and its assets.
 
     /dashboard                        the overview (?q=&ns=&state= filter it; a link keeps the filter)
-    /dashboard/live[?since=TOKEN]     what changed since TOKEN, as rendered rows (JSON); 304 when nothing
+    /dashboard/live[?since=TOKEN]     what changed since TOKEN, as rendered rows (JSON); 304 when nothing;
+                                      400 for a TOKEN of no shape a replica issues (changelog.well_formed)
     /dashboard/<ns>/<name>            a check page (404 when neither a khcheck nor a khjob has that name)
     /dashboard/<ns>/<name>/live       its changing parts (JSON); 304 when nothing changed
     /dashboard/_static/<file>?v=HASH  CSS, script, icon; cached for a year when HASH is the file's own
@@ -16,6 +17,8 @@ from __future__ import annotations
 
 from flask import Blueprint, Response, abort, request, send_from_directory
 
+from kuberhealthy.web.context import plain
+from kuberhealthy.web.dashboard import changelog
 from kuberhealthy.web.dashboard import render as dashpage
 from kuberhealthy.web.dashboard import view as dashview
 
@@ -43,6 +46,11 @@ def overview() -> Response:
 
 @bp.route("/dashboard/live", methods=["GET", "HEAD"])
 def live() -> Response:
+    since = request.args.get("since", "")
+    if since and not changelog.well_formed(since):
+        return plain(400, f"malformed since token {since[:40]!r}: expected <epoch>.<generation>.<digest> as "
+                          "the page's ETag gives it (ASCII letters and digits, at most "
+                          f"{changelog.TOKEN_MAX} characters)")
     return dashpage.overview_live()
 
 

@@ -58,5 +58,9 @@ def status_page() -> Response:
 
 @bp.route("/metrics", methods=["GET", "HEAD"])
 def metrics() -> Response:
-    encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
+    accept = request.headers.get("Accept", "")
+    try:
+        encoder, content_type = choose_encoder(accept)
+    except (TypeError, ValueError):  # prometheus-client 0.26 compares an unparsed `version=x` to a tuple
+        return plain(400, f"malformed Accept header {accept[:80]!r}")
     return Response(encoder(context().registry), content_type=content_type)
