@@ -1,4 +1,5 @@
-"""The gunicorn application: one worker (gthread), its hooks and the process's signals.
+"""The gunicorn application: one worker (httpworker.py: gthread's pool, fed whole requests), its hooks
+and the process's signals.
 
 Everything runs in one worker process so the caches, the controller and the HTTP handlers share
 memory. The hooks hand the daemon to the worker's Runtime (runtime.py): it starts after the fork
@@ -26,6 +27,7 @@ from typing import Any
 from gunicorn.app.base import BaseApplication
 
 from kuberhealthy.base.config import Config
+from kuberhealthy.daemon.httpworker import PollingWorker
 from kuberhealthy.daemon.runtime import Runtime
 from kuberhealthy.seams import WebNeeds
 from kuberhealthy.web import create_app
@@ -162,7 +164,7 @@ class KuberhealthyApplication(BaseApplication):  # type: ignore[misc]  # gunicor
         settings = {
             "bind": [_bind(self.config)],
             "workers": 1,
-            "worker_class": "gthread",
+            "worker_class": PollingWorker,  # gthread whose threads get only whole requests (httpworker.py)
             "threads": HTTP_THREADS,
             "graceful_timeout": GRACEFUL_TIMEOUT,
             "timeout": 60,

@@ -1,0 +1,345 @@
+"""The daemon's gunicorn worker: gthread's pool and WSGI path, but a connection gets a pool thread
+only once its whole request is in (CONTRACT section 13).
+
+gunicorn's gthread worker hands each accepted connection to a pool thread, which then blocks reading
+the request with no deadline: a few dozen clients that send half a request and stop hold every
+thread, and `/healthz` stops answering. Here the worker's main loop (a selector over non-blocking
+sockets) buffers the request line, the headers and the body (httpconn.py), with deadlines rather
+than idle timeouts: the head within HEAD_DEADLINE of accept (or of a kept-alive request's first
+byte), the body within BODY_DEADLINE of its head; a connection that misses one is closed quietly (a
+DEBUG line and a count). Kept-alive connections wait in the selector, closed after `keepalive`
+seconds idle. At most PER_SOURCE open connections per peer address and MAX_CONNS in all: at a cap
+the oldest waiting (idle or stalled) connection of that source, or of the process, is closed; the
+new one is always taken. Answers are written by the pool thread with a deadline too (WRITE_TIMEOUT
+per write), and a closing connection lingers in the selector, not in a thread.
+
+HTTP/1 only (the daemon serves no TLS and no HTTP/2). Shutdown is gthread's: stop accepting, give
+kept-alive connections STOP_KEEPALIVE_LINGER, wait for the rest up to the graceful timeout.
+"""
+from __future__ import annotations
+
+import errno
+import heapq
+import itertools
+import logging
+import selectors
+import socket
+import time
+from concurrent import futures
+from functools import partial
+from typing import Any
+
+from gunicorn import http
+from gunicorn.workers.gthread import STOP_KEEPALIVE_LINGER, ThreadWorker
+from prometheus_client import Counter
+from prometheus_client.registry import Collector
+
+from kuberhealthy.daemon.httpconn import Conn, State, buffer_parser, unread_bytes
+
+logger = logging.getLogger(__name__)
+
+PER_SOURCE = 32  # open connections per peer address
+MAX_CONNS = 1000  # open connections in all
+WRITE_TIMEOUT = 10.0  # seconds one write of an answer may take (a client that does not read)
+LINGER = 2.0  # seconds a half-closed connection may keep sending before it is closed
+LINGER_MAX = 64 * 1024  # bytes drained from it at most
+ACCEPT_BATCH = 64  # connections taken per wake-up of the listener
+ACCEPT_PAUSE = 0.5  # seconds accepting pauses when out of descriptors and every connection is busy
+
+HEAD_LATE, BODY_LATE, EVICTED_SOURCE, EVICTED_TOTAL, WRITE_LATE, DROPPED = (
+    "head-deadline", "body-deadline", "source-cap", "total-cap", "write-timeout", "framing")
+REASONS = (HEAD_LATE, BODY_LATE, EVICTED_SOURCE, EVICTED_TOTAL, WRITE_LATE, DROPPED)
+
+
+class ConnectionMetrics:
+    """kuberhealthy_http_connections_closed_total{reason}: connections the worker closed on a client
+    that broke a rule (a deadline, a cap, framing not worth buffering), not the ordinary closes."""
+
+    def __init__(self) -> None:
+        self.closed = Counter("kuberhealthy_http_connections_closed",
+                              "HTTP connections closed by the server on a slow or excess client, by reason",
+                              ["reason"], registry=None)
+        for reason in REASONS:
+            self.closed.labels(reason)
+
+    def count(self, reason: str) -> None:
+        self.closed.labels(reason).inc()
+
+    def collectors(self) -> list[Collector]:
+        return [self.closed]
+
+
+class PollingWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn ships no types
+    """gthread with the request buffered by the main loop (see the module docstring)."""
+
+    metrics = ConnectionMetrics()  # one worker per process; the web app exports it
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.conns: dict[Conn, None] = {}  # every open connection, oldest waiting first
+        self.by_source: dict[str, dict[Conn, None]] = {}
+        self._deadlines: list[tuple[float, int, Conn]] = []  # a heap; stale entries are skipped
+        self._seq = itertools.count()
+        self._accept_again = 0.0  # out of descriptors with nothing to close: accepting pauses until then
+
+    @classmethod
+    def check_config(cls, cfg: Any, log: Any) -> None:
+        if cfg.is_ssl or "h2" in getattr(cfg, "http_protocols", ["h1"]):
+            raise RuntimeError("PollingWorker serves plain HTTP/1 only")
+
+    # -- the main loop ------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        self.poller.register(self.method_queue.fileno(), selectors.EVENT_READ, self.method_queue.run_callbacks)
+        self.set_accept_enabled(True)
+        while self.alive:
+            self.notify()
+            self.wait_for_and_dispatch_events(timeout=self._timeout())
+            if not self.is_parent_alive():
+                break
+            self._expire(time.monotonic())
+            if not self._accepting and time.monotonic() >= self._accept_again:
+                self.set_accept_enabled(True)
+        # gthread's graceful stop: no new connections, kept-alive ones get a short linger (a request
+        # that arrives meanwhile is answered with "Connection: close"), the rest until the graceful timeout.
+        self.set_accept_enabled(False)
+        now = time.monotonic()
+        for conn in self.conns:
+            if conn.state is State.IDLE:
+                self._set_deadline(conn, min(conn.deadline, now + STOP_KEEPALIVE_LINGER))
+        graceful = now + self.cfg.graceful_timeout
+        while self.conns and time.monotonic() < graceful:
+            self.notify()
+            self.wait_for_and_dispatch_events(timeout=self._timeout())
+            self._expire(time.monotonic())
+        for conn in list(self.conns):
+            self._drop(conn)
+        self.tpool.shutdown(wait=False)
+        self.poller.close()
+        self.method_queue.close()
+        for s in self.sockets:
+            s.close()
+
+    def wait_for_and_dispatch_events(self, timeout: float) -> None:
+        """gthread's, with each callback guarded: a bug met by one connection closes that connection,
+        not the worker (and with it the daemon)."""
+        try:
+            events = self.poller.select(timeout)
+        except InterruptedError:
+            return
+        for key, _ in events:
+            try:
+                key.data(key.fileobj)
+            except Exception:  # the top of the loop, for one event
+                conn = getattr(key.data, "args", (None,))[0]
+                logger.exception("HTTP worker: handling an event of %s failed", getattr(conn, "source", "?"))
+                if isinstance(conn, Conn):
+                    self._drop(conn)
+
+    def _timeout(self) -> float:
+        if not self._deadlines:
+            return 1.0
+        return min(1.0, max(0.0, self._deadlines[0][0] - time.monotonic()))
+
+    def _set_deadline(self, conn: Conn, deadline: float) -> None:
+        conn.deadline = deadline
+        heapq.heappush(self._deadlines, (deadline, next(self._seq), conn))
+
+    def _expire(self, now: float) -> None:
+        while self._deadlines and self._deadlines[0][0] <= now:
+            deadline, _, conn = heapq.heappop(self._deadlines)
+            if conn not in self.conns or conn.state is State.BUSY or conn.deadline != deadline:
+                continue  # closed, in a thread, or given a new deadline since
+            if conn.state is State.HEAD:
+                self._quiet_close(conn, HEAD_LATE, "headers not in within the deadline")
+            elif conn.state is State.BODY:
+                self._quiet_close(conn, BODY_LATE, "body not in within the deadline")
+            else:
+                self._drop(conn)  # idle past keep-alive, or done lingering: ordinary closes
+
+    # -- accepting, and the caps ----------------------------------------------------------------------
+
+    def accept(self, listener: socket.socket) -> None:
+        for _ in range(ACCEPT_BATCH):
+            try:
+                sock, client = listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as e:
+                if e.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    logger.warning("Cannot accept a connection (%s): closing the oldest waiting one", e)
+                    if not self._evict(self.conns, EVICTED_TOTAL):  # all busy: wait, do not spin
+                        self._accept_again = time.monotonic() + ACCEPT_PAUSE
+                        self.set_accept_enabled(False)
+                elif e.errno != errno.ECONNABORTED:
+                    raise
+                return
+            self._admit(sock, client, listener.getsockname())
+
+    def _admit(self, sock: socket.socket, client: Any, server: Any) -> None:
+        conn = Conn(sock, client, server, time.monotonic())
+        same = self.by_source.setdefault(conn.source, {})
+        if len(same) >= PER_SOURCE:
+            self._evict(same, EVICTED_SOURCE)
+        if len(self.conns) >= MAX_CONNS:
+            self._evict(self.conns, EVICTED_TOTAL)
+        self.nr_conns += 1
+        self._track(conn)
+        self._set_deadline(conn, conn.deadline)
+        self._watch(conn)
+
+    def _evict(self, among: dict[Conn, None], reason: str) -> bool:
+        """Close the oldest connection of `among` that is not in a thread; False when all are."""
+        victim = next((c for c in among if c.state is not State.BUSY), None)
+        if victim is not None:
+            self._quiet_close(victim, reason, "a connection cap was reached; closing the oldest waiting one")
+        return victim is not None
+
+    def _track(self, conn: Conn) -> None:
+        """(Re)place `conn` as the newest waiting connection, for the caps' "oldest" order."""
+        for table in (self.conns, self.by_source.setdefault(conn.source, {})):
+            table.pop(conn, None)
+            table[conn] = None
+
+    def _untrack(self, conn: Conn) -> bool:
+        if conn not in self.conns:
+            return False
+        del self.conns[conn]
+        same = self.by_source.get(conn.source, {})
+        same.pop(conn, None)
+        if not same:
+            self.by_source.pop(conn.source, None)
+        self.nr_conns -= 1
+        return True
+
+    # -- reading --------------------------------------------------------------------------------------
+
+    def _watch(self, conn: Conn) -> None:
+        self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._readable, conn))
+
+    def _unwatch(self, conn: Conn) -> None:
+        try:
+            self.poller.unregister(conn.sock)
+        except (KeyError, ValueError, OSError):
+            pass  # not registered, or the socket is already closed
+
+    def _readable(self, conn: Conn, _sock: Any) -> None:
+        data = conn.recv()
+        if data is None:
+            return
+        if conn.state is State.LINGER:
+            conn.drained += len(data)
+            if not data or conn.drained >= LINGER_MAX:
+                self._drop(conn)
+            return
+        if not data:
+            self._drop(conn)  # the client closed (or reset) the connection
+            return
+        now = time.monotonic()
+        if conn.state is State.IDLE:
+            conn.start_request(now)
+            self._set_deadline(conn, conn.deadline)
+        conn.data += data
+        self._advance(conn, now)
+
+    def _advance(self, conn: Conn, now: float) -> None:
+        """After new bytes: a whole request goes to the pool; else it waits on (the end of its head
+        starts the body's deadline)."""
+        deadline = conn.deadline
+        ready = conn.ready(self.cfg, now)
+        if conn.drop is not None:
+            self._quiet_close(conn, DROPPED, conn.drop)
+        elif ready:
+            self._unwatch(conn)
+            conn.state = State.BUSY
+            self.enqueue_req(conn)
+        elif conn.deadline != deadline:
+            self._set_deadline(conn, conn.deadline)
+
+    # -- closing ----------------------------------------------------------------------------------------
+
+    def _quiet_close(self, conn: Conn, reason: str, why: str) -> None:
+        logger.debug("Closing the connection from %s (%s): %s", conn.source, conn.state.value, why)
+        self.metrics.count(reason)
+        self._drop(conn)
+
+    def _drop(self, conn: Conn) -> None:
+        if self._untrack(conn):
+            self._unwatch(conn)
+            conn.close()
+
+    def _linger(self, conn: Conn) -> None:
+        """Half-close, then drain in the selector for LINGER at most (RFC 9112 9.6, without a thread)."""
+        if conn.fileno() < 0 or not conn.half_close():
+            self._drop(conn)
+            return
+        conn.state = State.LINGER
+        self._set_deadline(conn, time.monotonic() + LINGER)
+        self._watch(conn)
+
+    # -- the pool thread, and back --------------------------------------------------------------------
+
+    def enqueue_req(self, conn: Conn) -> None:
+        fs = self.tpool.submit(self.handle, conn)
+        fs.add_done_callback(lambda fut: self.method_queue.defer(self.finish_request, conn, fut))
+
+    def finish_request(self, conn: Conn, fs: futures.Future[bool]) -> None:
+        """In the main loop, after the pool thread: keep the connection alive or close it."""
+        try:
+            self._finish(conn, fs)
+        except Exception:  # as gthread: the connection is closed, the worker carries on
+            logger.exception("HTTP worker: finishing a request from %s failed", conn.source)
+            self._drop(conn)
+
+    def _finish(self, conn: Conn, fs: futures.Future[bool]) -> None:
+        if conn not in self.conns:
+            return
+        keepalive = not fs.cancelled() and fs.exception() is None and fs.result()
+        if not keepalive or conn.fileno() < 0:
+            self._linger(conn)
+            return
+        try:
+            conn.sock.setblocking(False)
+        except OSError:
+            self._drop(conn)
+            return
+        now = time.monotonic()
+        self._track(conn)
+        self._watch(conn)
+        if conn.data:  # the next request, pipelined behind this one
+            conn.start_request(now)
+            self._set_deadline(conn, conn.deadline)
+            self._advance(conn, now)
+            return
+        conn.state = State.IDLE
+        idle = now + self.cfg.keepalive
+        if not self.alive:
+            idle = min(idle, now + STOP_KEEPALIVE_LINGER)
+        self._set_deadline(conn, idle)
+
+    def handle(self, conn: Conn) -> bool:
+        """In a pool thread: parse the buffered request with gunicorn's parser and answer it."""
+        req = None
+        try:
+            conn.sock.settimeout(WRITE_TIMEOUT)  # blocking, for the answer; nothing here reads the socket
+            conn.parser = buffer_parser(self.cfg, conn.take(), conn.client)
+            req = next(conn.parser)
+            if conn.must_close:
+                req.force_close()
+            if conn.continued:
+                req._expected_100_continue = False
+            keepalive = bool(self.handle_request(req, conn)) and bool(conn.parser.finish_body())
+            conn.give_back(unread_bytes(conn.parser))
+            return keepalive
+        except (StopIteration, http.errors.NoMoreData) as e:
+            logger.debug("Closing the connection from %s: %s", conn.source, e or "no request")
+        except TimeoutError:
+            logger.debug("Closing the connection from %s: the answer could not be written in %.0f s",
+                         conn.source, WRITE_TIMEOUT)
+            self.metrics.count(WRITE_LATE)
+        except OSError as e:
+            logger.debug("Closing the connection from %s: %s", conn.source, e)
+        except Exception as e:  # noqa: BLE001 - as gthread's handle(): gunicorn's error page for the request
+            self.handle_error(req, conn.sock, conn.client, e)
+        return False
+

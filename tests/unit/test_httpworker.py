@@ -1,0 +1,218 @@
+"""The HTTP worker's buffering, stepped by hand: a fake socket and an injected clock, no threads.
+
+A connection is ready for a pool thread only once its head and body are in (or it is to be handed on
+as it is: refused by gunicorn, or too large for the app's 413); the deadlines move with the request.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from gunicorn.config import Config
+
+from kuberhealthy.daemon.httpconn import (
+    BODY_DEADLINE,
+    HEAD_DEADLINE,
+    MAX_CHUNKED_RAW,
+    MAX_HEAD,
+    Conn,
+    State,
+    buffer_parser,
+    unread_bytes,
+)
+from kuberhealthy.daemon.httpworker import MAX_CONNS, PER_SOURCE, PollingWorker
+from kuberhealthy.web.report.body import MAX_BODY
+
+CFG = Config()
+NOW = 100.0
+POST = b"POST /externalCheckStatus HTTP/1.1\r\nHost: x\r\n"
+
+
+class FakeSocket:
+    def __init__(self) -> None:
+        self.sent = b""
+
+    def setblocking(self, flag: bool) -> None:
+        pass
+
+    def send(self, data: bytes) -> int:
+        self.sent += data
+        return len(data)
+
+
+def conn() -> tuple[Conn, FakeSocket]:
+    sock = FakeSocket()
+    c = Conn(sock, ("127.0.0.9", 4321), ("127.0.0.1", 8080), NOW)  # type: ignore[arg-type]
+    return c, sock
+
+
+def feed(c: Conn, data: bytes, now: float = NOW) -> bool:
+    c.data += data
+    return c.ready(CFG, now)
+
+
+def chunked(body: bytes, size: int) -> bytes:
+    pieces = [body[i:i + size] for i in range(0, len(body), size)]
+    return b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces) + b"0\r\n\r\n"
+
+
+def test_a_new_connection_has_the_head_deadline_from_accept() -> None:
+    c, _ = conn()
+    assert (c.state, c.deadline, c.source) == (State.HEAD, NOW + HEAD_DEADLINE, "127.0.0.9")
+
+
+def test_a_request_whose_head_is_not_in_yet_waits() -> None:
+    c, _ = conn()
+    assert not feed(c, b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+    assert c.state is State.HEAD
+
+
+def test_a_request_without_a_body_is_ready_once_its_head_is_in() -> None:
+    c, _ = conn()
+    assert not feed(c, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r")
+    assert feed(c, b"\n")
+
+
+def test_a_body_still_to_come_waits_under_the_body_deadline_from_the_end_of_the_head() -> None:
+    c, _ = conn()
+    assert not feed(c, POST + b"Content-Length: 5\r\n\r\n{}", now=NOW + 2)
+    assert (c.state, c.deadline) == (State.BODY, NOW + 2 + BODY_DEADLINE)
+    assert not feed(c, b"  ", now=NOW + 3)
+    assert feed(c, b"\n", now=NOW + 4)
+    assert not c.must_close and c.drop is None
+
+
+def test_a_content_length_over_the_limit_is_handed_on_at_once_and_the_connection_closes_after() -> None:
+    c, _ = conn()
+    assert feed(c, POST + b"Content-Length: %d\r\n\r\n{" % (MAX_BODY + 1))
+    assert c.must_close
+
+
+def test_a_chunked_body_is_ready_once_its_last_chunk_and_trailers_are_in() -> None:
+    c, _ = conn()
+    body = chunked(b'{"OK": true, "Errors": []}', 5)
+    assert not feed(c, POST + b"Transfer-Encoding: chunked\r\n\r\n" + body[:-2])
+    assert c.state is State.BODY
+    assert feed(c, body[-2:])
+    assert not c.must_close
+
+
+def test_a_chunked_body_past_the_limit_is_handed_on_and_the_connection_closes_after() -> None:
+    c, _ = conn()
+    head = POST + b"Transfer-Encoding: chunked\r\n\r\n"
+    assert not feed(c, head + b"%x\r\n" % (2 * MAX_BODY) + b" " * MAX_BODY)
+    assert feed(c, b" ")
+    assert c.must_close
+
+
+def test_chunk_framing_too_wasteful_to_buffer_is_dropped() -> None:
+    c, _ = conn()
+    assert feed(c, POST + b"Transfer-Encoding: chunked\r\n\r\n" + b"1\r\nx\r\n" * (MAX_CHUNKED_RAW // 6 + 1))
+    assert c.drop is not None
+
+
+@pytest.mark.parametrize("head", [b"GET / HTTP/1.1\nHost: x", b"NOT HTTP\r\n\r\n",
+                                  POST + b"Content-Length: 1\r\nContent-Length: 2\r\n\r\n",
+                                  POST + b"Transfer-Encoding: gzip\r\n\r\n"],
+                         ids=["bare-lf", "garbage", "two-lengths", "not-chunked"])
+def test_a_head_gunicorn_refuses_is_handed_on_at_once_for_its_error_page(head: bytes) -> None:
+    c, _ = conn()
+    assert feed(c, head)
+    with pytest.raises(Exception) as refused:
+        next(buffer_parser(CFG, c.take(), c.client))
+    assert type(refused.value).__module__ == "gunicorn.http.errors"
+
+
+def test_a_head_past_64_kib_is_handed_on_for_gunicorn_to_judge() -> None:
+    c, _ = conn()
+    assert not feed(c, b"GET / HTTP/1.1\r\n" + b"X-Pad: " + b"y" * (MAX_HEAD // 2))
+    assert feed(c, b"y" * MAX_HEAD)
+
+
+def test_a_client_that_expects_100_continue_gets_it_from_the_poller_once() -> None:
+    c, sock = conn()
+    assert not feed(c, POST + b"Expect: 100-continue\r\nContent-Length: 2\r\n\r\n")
+    assert sock.sent == b"HTTP/1.1 100 Continue\r\n\r\n" and c.continued
+    assert feed(c, b"{}")
+
+
+def test_the_buffered_request_parses_with_gunicorns_parser_and_leaves_the_pipelined_one() -> None:
+    c, _ = conn()
+    second = b"GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n"
+    assert feed(c, POST + b"Content-Length: 2\r\n\r\n{}" + second)
+    parser = buffer_parser(CFG, c.take(), c.client)
+    req: Any = next(parser)
+    assert (req.method, req.path, req.body.read(), req.peer_addr) == ("POST", "/externalCheckStatus", b"{}",
+                                                                     ("127.0.0.9", 4321))
+    assert parser.finish_body()
+    c.give_back(unread_bytes(parser))
+    c.start_request(NOW + 7)
+    assert c.deadline == NOW + 7 + HEAD_DEADLINE
+    assert c.ready(CFG, NOW + 7)
+
+
+def test_the_parser_never_waits_for_bytes_that_are_not_buffered() -> None:
+    parser = buffer_parser(CFG, POST + b"Content-Length: 10\r\n\r\n{", ("127.0.0.9", 1))
+    req: Any = next(parser)
+    assert req.body.read() == b"{"  # the end of the buffer is the end of input, never a blocking read
+
+
+class FakePoller:
+    def __init__(self) -> None:
+        self.watched: set[int] = set()
+
+    def register(self, sock: Any, events: int, data: Any) -> None:
+        self.watched.add(id(sock))
+
+    def unregister(self, sock: Any) -> None:
+        self.watched.discard(id(sock))
+
+
+class ClosableSocket(FakeSocket):
+    closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@pytest.fixture
+def worker() -> Iterator[Any]:
+    """The worker before its loop runs: its connection tables over fake sockets and a fake selector."""
+    w = PollingWorker(0, 0, [], None, 30, Config(), None)
+    w.poller = FakePoller()
+    yield w
+    w.tmp.close()
+
+
+def admit(w: Any, source: str) -> ClosableSocket:
+    sock = ClosableSocket()
+    w._admit(sock, (source, 1000), ("127.0.0.1", 8080))
+    return sock
+
+
+def test_the_33rd_connection_from_a_source_closes_its_oldest_waiting_one_and_is_taken(worker: Any) -> None:
+    first = [admit(worker, "127.0.0.9") for _ in range(PER_SOURCE)]
+    next(iter(worker.conns)).state = State.BUSY  # the oldest is in a thread: it cannot be closed
+    other = admit(worker, "127.0.0.8")
+    newest = admit(worker, "127.0.0.9")
+    assert [s.closed for s in first[:3]] == [False, True, False]
+    assert not other.closed and not newest.closed
+    assert len(worker.by_source["127.0.0.9"]) == PER_SOURCE and len(worker.conns) == PER_SOURCE + 1
+    assert worker.metrics.closed.labels("source-cap")._value.get() >= 1
+
+
+def test_at_the_global_cap_the_processs_oldest_waiting_connection_is_closed(worker: Any) -> None:
+    socks = [admit(worker, f"127.1.{i // 200}.{i % 200}") for i in range(MAX_CONNS)]
+    newest = admit(worker, "127.2.0.1")
+    assert socks[0].closed and not socks[1].closed and not newest.closed
+    assert len(worker.conns) == MAX_CONNS
+
+
+def test_deadlines_close_stalled_connections_and_idle_ones(worker: Any) -> None:
+    stalled, idle = admit(worker, "127.0.0.9"), admit(worker, "127.0.0.8")
+    conns = list(worker.conns)
+    conns[1].state = State.IDLE
+    worker._expire(time.monotonic() + HEAD_DEADLINE + 0.1)
+    assert stalled.closed and idle.closed and not worker.conns and not worker.by_source
