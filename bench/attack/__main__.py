@@ -11,6 +11,7 @@ from pathlib import Path
 
 from bench.attack.table import Row, fmt_table
 from testbed.cluster import start_cluster
+from testbed.crds import install_crds
 
 SCENARIOS = ["slow", "flood", "crosssite", "squat", "events"]
 
@@ -24,6 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     root.mkdir(parents=True, exist_ok=True)
     names = args.scenario or SCENARIOS
     cluster = start_cluster(workdir=root / "testbed")
+    install_crds(cluster)
     rows: list[Row] = []
     try:
         for name in names:
@@ -32,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
             module = importlib.import_module(f"bench.attack.{name}")
             try:
                 got = module.run(cluster, root / name)
-            except Exception:  # a crashed scenario is a miss, and the others still run
+            except Exception:  # noqa: BLE001 - a crashed scenario is a miss, and the others still run
                 traceback.print_exc()
                 got = [Row(name, "(scenario crashed)", "-", None, "-", "-", False)]
             rows.extend(got)
