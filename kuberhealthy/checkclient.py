@@ -9,10 +9,12 @@ one report, ``{"OK": bool, "Errors": [str]}``, to the reporting URL. This module
   in-tree Python and JavaScript clients omit it;
 * when ``KH_REPORT_TOKEN_FILE`` names a readable file (Kuberhealthy mounts a projected ServiceAccount
   token there), it sends it as ``Authorization: Bearer <token>``: the report is then identified as this
-  pod's through any proxy;
+  pod's through any proxy. A 401 (the token was refused, or was needed: a check bound to tokens) is
+  retried once after reading the file again (the kubelet may have been rotating it); the error then
+  says if the file could not be read;
 * it validates the report first (the server rejects ``OK: false`` without errors and blank errors);
 * it retries connection errors and 5xx answers with exponential backoff and jitter until the run's
-  deadline, and never retries a 200 or a 4xx (a 4xx raises :class:`ReportRejectedError` with the
+  deadline, and never retries a 200 or another 4xx (a 4xx raises :class:`ReportRejectedError` with the
   server's one-line reason).
 
 Standard library only, and no imports from the rest of the package: copy this one file into a small
@@ -110,12 +112,17 @@ class InvalidEnvironmentError(CheckClientError):
 
 
 class ReportRejectedError(CheckClientError):
-    """Kuberhealthy answered with a non-retryable status (4xx); retrying would not help."""
+    """Kuberhealthy answered with a non-retryable status (4xx); retrying would not help.
 
-    def __init__(self, status: int, reason: str) -> None:
+    ``reason`` is the server's one-line reason; ``note`` what the client adds (e.g. an unreadable token file).
+    """
+
+    def __init__(self, status: int, reason: str, note: str = "") -> None:
         self.status = status
         self.reason = reason
-        super().__init__(f"Kuberhealthy rejected the report with HTTP {status}: {reason}")
+        self.note = note
+        suffix = f" ({note})" if note else ""
+        super().__init__(f"Kuberhealthy rejected the report with HTTP {status}: {reason}{suffix}")
 
 
 class ReportNotDeliveredError(CheckClientError):
@@ -262,6 +269,7 @@ class Reporter:
     clock: Callable[[], float] = time.time
     sleep: Callable[[float], None] = time.sleep
     _retry_after: float | None = field(default=None, init=False, repr=False)  # from the last answer
+    _token_problem: str = field(default="", init=False, repr=False)  # why the last token read failed
 
     def __post_init__(self) -> None:
         if self.backoff_base <= 0 or self.backoff_max < self.backoff_base:
@@ -305,12 +313,23 @@ class Reporter:
         logger.debug("reporting to %s with %s: %s; body %s", self.url, RUN_UUID_HEADER, self.run_uuid,
                      body.decode("utf-8"))
         attempt = 0
+        retried_401 = False
         while True:
             attempt += 1
             remaining = give_up_at - self.clock()
             timeout = min(self.request_timeout, max(remaining, _MIN_ATTEMPT_TIMEOUT))
             self._retry_after = None
-            error = self._attempt(body, timeout)
+            try:
+                error = self._attempt(body, timeout)
+            except ReportRejectedError as e:
+                if e.status != 401 or retried_401 or not self.token_file:
+                    raise
+                # The token was refused or missing: the kubelet may have been swapping the file. Once.
+                retried_401 = True
+                logger.warning("report attempt %d got HTTP 401 (%s); reading %s again and retrying once",
+                               attempt, e.reason, self.token_file)
+                self.sleep(max(0.0, min(self.backoff_base, give_up_at - self.clock())))
+                continue
             if error is None:
                 logger.debug("report accepted on attempt %d", attempt)
                 return
@@ -325,15 +344,21 @@ class Reporter:
             self.sleep(delay)
 
     def _token(self) -> str:
-        """The report token, read afresh for each attempt (the kubelet rotates the file); "" without one."""
+        """The report token, read afresh for each attempt (the kubelet rotates the file); "" without one
+        (why is kept for the error of a 401)."""
+        self._token_problem = ""
         if not self.token_file:
             return ""
         try:
             with open(self.token_file, encoding="utf-8") as f:
-                return f.read().strip()
-        except OSError as e:
-            logger.debug("cannot read %s (%s): reporting without a token", self.token_file, e)
+                token = f.read().strip()
+        except (OSError, UnicodeDecodeError) as e:
+            self._token_problem = f"the token file {self.token_file} could not be read: {e}"
+            logger.debug("%s: reporting without a token", self._token_problem)
             return ""
+        if not token:
+            self._token_problem = f"the token file {self.token_file} is empty"
+        return token
 
     def _attempt(self, body: bytes, timeout: float) -> str | None:
         """One POST: None when accepted, a description when worth retrying; raises when final."""
@@ -354,7 +379,10 @@ class Reporter:
             if status >= 500 or status == 429:  # busy or cannot confirm the caller yet: come back later
                 self._retry_after = _retry_after(e.headers.get("Retry-After") if e.headers else None)
                 return f"HTTP {status}: {reason}"
-            raise ReportRejectedError(status, reason) from None
+            note = ""
+            if status == 401:
+                note = self._token_problem or ("" if self.token_file else f"no token sent: {ENV_TOKEN_FILE} is not set")
+            raise ReportRejectedError(status, reason, note) from None
         except urllib.error.URLError as e:
             return f"cannot reach {self.url}: {e.reason}"
         except (OSError, http.client.HTTPException) as e:

@@ -3,8 +3,11 @@
 A checker pod reports once and its client gives up at its deadline; if the khstate write fails
 because the control plane is unreachable or overloaded, refusing the report would turn a healthy
 check into a false alarm. So the report handler hands the report here, answers 200, and this part's
-thread writes them, a few at a time (khstate.record_report, still conditional on the run's uuid) with a jittered
-backoff until it is stored, refused as stale, or its run's deadline has passed.
+thread writes them, a few at a time, with a jittered backoff until it is stored, refused, or its run's
+deadline has passed. khstate.record_report decides on the khstate as it is when written: a held report
+is written only while the khstate still names its run as current and not finished (a run meanwhile
+finished as an error keeps its error), and not without a token for a check bound to tokens meanwhile;
+otherwise it is dropped and counted by why (DROP_REASONS; `dropped_by`).
 
 Bounded: at most MAX_HELD reports (the handler answers 503 beyond that). Each replica holds only
 what it accepted; nothing is persisted (a replica that dies loses its held reports, and those runs
@@ -19,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kuberhealthy.base.errors import ApiError, is_transient
 from kuberhealthy.base.threads import BackgroundThread
@@ -33,6 +36,10 @@ RETRY_FIRST = 0.25  # seconds
 RETRY_MAX = 2.0  # seconds
 WRITE_TIMEOUT = 5.0  # seconds per request while flushing
 FLUSH_WORKERS = 8  # held reports written at once
+# why a held report was dropped: its deadline passed; its run was no longer current; its run was over;
+# its check was bound to tokens and it had none; a lasting API error
+EXPIRED, STALE, FINISHED, TOKEN_BOUND, FAILED = "expired", "stale", "finished", "token-bound", "failed"
+DROP_REASONS = (EXPIRED, STALE, FINISHED, TOKEN_BOUND, FAILED)
 
 
 @dataclass(frozen=True)
@@ -44,6 +51,7 @@ class Held:
     errors: tuple[str, ...]
     received: dt.datetime  # becomes LastRun: when the checker reported, not when we could write
     expires: float  # wall-clock unix seconds (the run's KH_CHECK_RUN_DEADLINE, plus a little)
+    binding: khstate.TokenBinding | None = field(default=None)  # as judged when it was accepted
 
 
 class HeldReports(BackgroundThread):
@@ -58,6 +66,7 @@ class HeldReports(BackgroundThread):
         self._wakeup = threading.Event()
         self.written = 0
         self.dropped = 0
+        self.dropped_by = dict.fromkeys(DROP_REASONS, 0)
 
     def add(self, report: Held) -> bool:
         """Hold a report; False when the store is full (the caller answers 503)."""
@@ -103,34 +112,44 @@ class HeldReports(BackgroundThread):
         if self._wall() > held.expires:
             logger.warning("Dropping the held report of run %s for %s/%s: its deadline passed",
                            held.run_uuid, held.namespace, held.check)
-            self._forget(held, dropped=True)
+            self._forget(held, EXPIRED)
             return
         try:
             khstate.record_report(self._res, held.namespace, held.check, held.run_uuid, held.ok,
-                                  list(held.errors), self._pod_name(), now=held.received, timeout=WRITE_TIMEOUT)
+                                  list(held.errors), self._pod_name(), now=held.received, timeout=WRITE_TIMEOUT,
+                                  binding=held.binding)
+        except khstate.RunFinished:
+            logger.warning("Held report of run %s for %s/%s dropped: the run was finished meanwhile",
+                           held.run_uuid, held.namespace, held.check)
+            self._forget(held, FINISHED)
         except khstate.StaleReport:
             logger.info("Held report of run %s for %s/%s is stale now; dropped", held.run_uuid,
                         held.namespace, held.check)
-            self._forget(held, dropped=True)
+            self._forget(held, STALE)
+        except khstate.TokenBound as e:
+            logger.warning("Held report of run %s dropped: %s", held.run_uuid, e)
+            self._forget(held, TOKEN_BOUND)
         except ApiError as e:
             if is_transient(e):
                 logger.debug("Held report of run %s not written yet: %s", held.run_uuid, e)
                 return  # kept; the next round tries again
             logger.error("Held report of run %s for %s/%s cannot be written: %s", held.run_uuid,
                          held.namespace, held.check, e)
-            self._forget(held, dropped=True)
+            self._forget(held, FAILED)
         else:
             logger.info("Wrote the held report of run %s for %s/%s", held.run_uuid, held.namespace, held.check)
-            self._forget(held, dropped=False)
+            self._forget(held, None)
 
-    def _forget(self, held: Held, dropped: bool) -> None:
+    def _forget(self, held: Held, dropped: str | None) -> None:
+        """Done with a held report: written (`dropped` None) or dropped for that reason (DROP_REASONS)."""
         with self._lock:
             if self._held.get(held.run_uuid) is held:
                 del self._held[held.run_uuid]
-        if dropped:
-            self.dropped += 1
-        else:
-            self.written += 1
+            if dropped is None:
+                self.written += 1
+            else:
+                self.dropped += 1
+                self.dropped_by[dropped] += 1
 
     def _run(self) -> None:
         backoff = RETRY_FIRST

@@ -1,15 +1,16 @@
-"""At start: does the installed khstate CRD keep the history fields? Helm never upgrades `crds/`.
+"""At start: does the installed khstate CRD keep the fields this version adds? Helm never upgrades `crds/`.
 
 With an older chart's CRD the API server silently prunes the fields this version adds to a khstate
-(history, counters): results still work, history never appears. One dry-run create of a probe khstate
-(nothing is stored; RBAC the daemon has already) tells. If fields would be pruned, a warning is logged
+(history, counters, the token binding's tokenBoundGeneration): results still work, history never
+appears, and a check that reported with a token is never bound to tokens. One dry-run create of a
+probe khstate (nothing is stored; RBAC the daemon has already) tells. If fields would be pruned, a warning is logged
 and raised as an Event on this replica's pod, naming the command that updates the CRDs (README,
 "Upgrading"). A one-off thread: an API server that is away only delays it (a few tries, then it gives
 up quietly: the next start tells).
 
 The probe (probe_body, pruned_fields) is pure and needs no RBAC beyond creating khstates: the dry-run
 answer is the object as it would be stored, pruned. Reading the CRD object instead would need `get`
-on CRDs. What the fields are and how they are written is records/history.py's.
+on CRDs. What the fields are and how they are written is records/history.py's and records/khstate.py's.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from kuberhealthy.base.times import format_time
 from kuberhealthy.kube import KHSTATES, PODS, Api
 from kuberhealthy.outputs.events import WARNING, EventRecorder, ObjectRef
 from kuberhealthy.records.history import ADDED_KEYS, ENTRY_KEYS, RunRecord, new_entry
+from kuberhealthy.records.khstate import TOKEN_BOUND_GENERATION
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +45,7 @@ def probe_body(api_version: str, namespace: str, now: float) -> dict[str, Any]:
     spec: dict[str, Any] = {"OK": True, "Errors": [], "RunDuration": "", "Namespace": namespace, "Node": "",
                             "AuthoritativePod": "", "uuid": "", "consecutiveFailures": 1, "successCount": 1,
                             "failureCount": 1, "lastOK": format_time(now), "lastFailure": format_time(now),
-                            "history": [new_entry(record, capture_logs=True)]}
+                            "history": [new_entry(record, capture_logs=True)], TOKEN_BOUND_GENERATION: 1}
     return {"apiVersion": api_version, "kind": "KuberhealthyState",
             "metadata": {"generateName": PROBE_NAME_PREFIX, "namespace": namespace}, "spec": spec}
 
@@ -51,11 +53,19 @@ def probe_body(api_version: str, namespace: str, now: float) -> dict[str, Any]:
 def pruned_fields(answer: Mapping[str, Any]) -> list[str]:
     """The added fields missing from the API server's answer to probe_body(). [] = the CRD keeps them all."""
     spec = answer.get("spec") or {}
-    missing = [k for k in ADDED_KEYS if k not in spec]
+    missing = [k for k in (*ADDED_KEYS, TOKEN_BOUND_GENERATION) if k not in spec]
     history = spec.get("history")
     if isinstance(history, list) and history and isinstance(history[0], Mapping):
         missing += [f"history[].{k}" for k in ENTRY_KEYS if k not in history[0]]
     return missing
+
+
+def consequences(missing: list[str]) -> str:
+    """What the dropped fields cost, for the warning."""
+    lost = [] if missing == [TOKEN_BOUND_GENERATION] else ["no history is kept"]
+    if TOKEN_BOUND_GENERATION in missing:
+        lost.append("no check is bound to report tokens")
+    return " and ".join(lost)
 
 
 class SchemaCheck(BackgroundThread):
@@ -88,8 +98,8 @@ class SchemaCheck(BackgroundThread):
         if not self.missing:
             return
         message = (f"The khstate CRD is older than this Kuberhealthy: the API server drops "
-                   f"{', '.join(self.missing[:6])}{' ...' if len(self.missing) > 6 else ''}, so no history is "
-                   f"kept; {UPGRADE_HINT}")
+                   f"{', '.join(self.missing[:6])}{' ...' if len(self.missing) > 6 else ''}, so "
+                   f"{consequences(self.missing)}; {UPGRADE_HINT}")
         logger.warning("%s", message)
         uid = ""
         try:

@@ -19,6 +19,13 @@ namespace, and only the run knows the secret before its pod exists. The runner's
 (record_result or record_error) stamps FINISHED_UUID: that run is over and may not report any more;
 it is also the one uuid the status page may show. Annotations, not spec fields: a khstate CRD of an
 older chart would prune unknown spec fields.
+
+Token binding (docs/interface.md#report-authenticity): a report stored with a verified ServiceAccount
+token writes TOKEN_BOUND_GENERATION, the khcheck's (or khjob's) `metadata.generation` at that time.
+While that still equals the workload's generation, the check is bound: record_report refuses a report
+without a token (TokenBound), deciding on the khstate it writes, so a cache that has not seen the
+binding yet cannot let one through. A spec field, not an annotation: an integer in the spec is what
+the contract names; the outdated-CRD check (outputs/schemacheck.py) warns when the CRD would prune it.
 """
 from __future__ import annotations
 
@@ -39,6 +46,7 @@ RUN_KEY_SHA256 = "kuberhealthy.comcast.github.io/run-key-sha256"
 FINISHED_UUID = "kuberhealthy.comcast.github.io/finished-uuid"
 WORKLOAD_CHECK = "KHCheck"
 WORKLOAD_JOB = "KHJob"
+TOKEN_BOUND_GENERATION = "tokenBoundGeneration"  # spec: the workload generation a token report bound the check at
 
 
 @dataclass
@@ -59,6 +67,38 @@ class HistoryWrite:
 
 class StaleReport(KuberhealthyError):
     """The report's run is not the one the khstate currently allows (it moved on, or never started)."""
+
+
+class RunFinished(StaleReport):
+    """The report's run is still the khstate's, but it is over (finished as a result or an error)."""
+
+
+class TokenBound(KuberhealthyError):
+    """A report without a verified token, for a check bound to tokens; str(e) is the one-line reason."""
+
+
+@dataclass(frozen=True)
+class TokenBinding:
+    """What a report's write knows of the token binding: its workload's `metadata.generation` when the
+    report was judged, and whether the report came with a verified token."""
+
+    generation: int
+    by_token: bool
+
+
+def token_bound_generation(obj: Obj | None) -> int | None:
+    """The generation the check was bound to tokens at (TOKEN_BOUND_GENERATION); None when never bound."""
+    spec = obj.get("spec") if isinstance(obj, dict) else None
+    value = spec.get(TOKEN_BOUND_GENERATION) if isinstance(spec, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def bound_reason(namespace: str, name: str, workload: str = WORKLOAD_CHECK) -> str:
+    """The one-line answer to a tokenless report for a bound check: why, and how the binding ends."""
+    kind = "khjob" if workload == WORKLOAD_JOB else "khcheck"
+    return (f"check {namespace}/{name} is bound to ServiceAccount tokens since it reported with one; send the "
+            f"pod's token (the file named by KH_REPORT_TOKEN_FILE) as Authorization: Bearer <token>, or change "
+            f"the {kind}'s spec to end the binding")
 
 
 @dataclass(frozen=True)
@@ -185,9 +225,15 @@ def claim_run(res: Api, namespace: str, name: str, run_uuid: str, pod_name: str,
 def record_report(res: Api, namespace: str, name: str, run_uuid: str, ok: bool, errors: list[str],
                   pod_name: str, now: dt.datetime | None = None, hint: Obj | None = None,
                   timeout: float = READ_TIMEOUT, deadline: float | None = None,
-                  clock: Callable[[], float] = time.monotonic) -> Obj:
-    """Store a checker pod's report. Raises StaleReport (and writes nothing) if run_uuid is not current.
+                  clock: Callable[[], float] = time.monotonic, binding: TokenBinding | None = None) -> Obj:
+    """Store a checker pod's report. Writes nothing and raises StaleReport if run_uuid is not the current
+    run, RunFinished if that run is over, TokenBound if the check is bound to tokens and `binding` says
+    the report came without one.
 
+    `binding` (None: the workload's generation is unknown, nothing about tokens is decided or written):
+    a token report binds the check at binding.generation; a tokenless one clears a binding of another
+    generation (the spec changed since), so a recreated khcheck whose generations count up again
+    cannot fall back into an old binding.
     A cached `hint` is used only when it already names this run: a cache lagging behind the run's
     claim must not turn a valid report into a StaleReport, so that case re-reads from the API.
     """
@@ -198,7 +244,17 @@ def record_report(res: Api, namespace: str, name: str, run_uuid: str, ok: bool, 
     def mutate(current: Obj | None) -> Obj | None:
         if current is None or Spec.of(current).uuid != run_uuid:
             raise StaleReport(f"run {run_uuid} of {namespace}/{name} is not the current run")
+        if finished_uuid(current) == run_uuid:
+            raise RunFinished(f"run {run_uuid} of {namespace}/{name} is over")
         spec = current["spec"]
+        if binding is not None:
+            bound = token_bound_generation(current)
+            if binding.by_token:
+                spec[TOKEN_BOUND_GENERATION] = binding.generation
+            elif bound == binding.generation:
+                raise TokenBound(bound_reason(namespace, name, str(spec.get("khWorkload") or WORKLOAD_CHECK)))
+            elif bound is not None:
+                spec.pop(TOKEN_BOUND_GENERATION, None)
         spec["OK"] = ok
         spec["Errors"] = list(errors)
         spec["LastRun"] = when
@@ -279,3 +335,22 @@ def record_error(res: Api, namespace: str, name: str, errors: list[str], pod_nam
     if run_uuid is not None and (out is None or Spec.of(out).uuid != run_uuid):
         return None
     return out
+
+
+def rebind_run_pod(res: Api, namespace: str, name: str, run_uuid: str, run_pod: str, hint: Obj | None = None,
+                   timeout: float = READ_TIMEOUT, deadline: float | None = None,
+                   clock: Callable[[], float] = time.monotonic) -> Obj | None:
+    """The run's claim names another pod (RUN_POD): its v2 name was taken by a pod it did not create.
+    Written before that pod is created. None (nothing written) when the khstate no longer names the run."""
+    if RunClaim.of(hint).uuid != run_uuid:  # a cache behind the claim: read instead
+        hint = None
+
+    def mutate(current: Obj | None) -> Obj | None:
+        if RunClaim.of(current).uuid != run_uuid or RunClaim.of(current).finished:
+            return None
+        assert current is not None
+        _annotate(current, {RUN_POD: run_pod})
+        return current
+    out = res.update_with_retry(KHSTATES, namespace, name, mutate, hint=hint, timeout=timeout, deadline=deadline,
+                                clock=clock)
+    return out if RunClaim.of(out).pod == run_pod and RunClaim.of(out).uuid == run_uuid else None

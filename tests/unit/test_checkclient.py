@@ -543,3 +543,47 @@ def test_without_a_readable_token_file_the_report_goes_without_a_token(
     checkclient.report_success(environ={**env, "KH_REPORT_TOKEN_FILE": str(tmp_path / "missing")})
     [report] = kh.received
     assert "authorization" not in report.headers
+
+
+def test_a_401_is_retried_once_after_reading_the_token_file_again(
+        kh: FakeKuberhealthy, env: dict[str, str], tmp_path: Path) -> None:
+    token = tmp_path / "token"  # missing at first: the kubelet is swapping it
+    kh.answers = [(401, "check ns/probe is bound to ServiceAccount tokens since it reported with one")]
+    sleeps: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        token.write_text("tok-2\n")
+    checkclient.report_success(environ={**env, "KH_REPORT_TOKEN_FILE": str(token)}, sleep=sleep, **FAST)
+    assert [r.headers.get("authorization") for r in kh.received] == [None, "Bearer tok-2"]
+    assert len(sleeps) == 1
+
+
+def test_a_second_401_is_final_and_names_the_token_file_that_could_not_be_read(
+        kh: FakeKuberhealthy, env: dict[str, str], tmp_path: Path) -> None:
+    missing = tmp_path / "missing"
+    kh.answers = [(401, "bound"), (401, "bound again"), (200, "")]
+    with pytest.raises(ReportRejectedError) as caught:
+        checkclient.report_success(environ={**env, "KH_REPORT_TOKEN_FILE": str(missing)}, sleep=lambda _s: None,
+                                   **FAST)
+    assert caught.value.status == 401 and caught.value.reason == "bound again"
+    assert f"the token file {missing} could not be read" in str(caught.value)
+    assert len(kh.received) == 2
+
+
+def test_a_401_without_a_token_file_is_not_retried_and_says_no_token_was_sent(
+        kh: FakeKuberhealthy, env: dict[str, str]) -> None:
+    kh.answers = [(401, "a ServiceAccount token is required")]
+    with pytest.raises(ReportRejectedError) as caught:
+        checkclient.report_success(environ=env, sleep=lambda _s: None, **FAST)
+    assert "KH_REPORT_TOKEN_FILE is not set" in str(caught.value) and len(kh.received) == 1
+
+
+def test_other_4xx_answers_are_still_not_retried_with_a_token_file(
+        kh: FakeKuberhealthy, env: dict[str, str], tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("tok")
+    kh.answers = [(400, "stale")]
+    with pytest.raises(ReportRejectedError):
+        checkclient.report_success(environ={**env, "KH_REPORT_TOKEN_FILE": str(token)}, sleep=lambda _s: None)
+    assert len(kh.received) == 1

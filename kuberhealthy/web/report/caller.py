@@ -11,6 +11,13 @@ A header-path report must come from the pod's or its node's address (reportSourc
 checker pod's address is always refused. Whether the UUID is still the khstate's current one is
 decided when the report is stored. When the control plane cannot say yet, the verdict is NotYet,
 never a refusal: a genuine checker must not lose its report to a lagging or absent control plane.
+
+Token binding: a check that once reported with a verified token is bound to tokens while its khstate's
+tokenBoundGeneration equals its khcheck's (or khjob's) `metadata.generation` (records/khstate.py);
+then the uuid and address rules only name the check, and a report they identify is refused (401), or
+NotYet when it carried a token that cannot be reviewed right now. A pod whose IP is its node's
+(hostNetwork, SNAT) cannot be told from any other process on the node by address: with
+reportSourceCheck enforce it must send the header or the token.
 """
 from __future__ import annotations
 
@@ -20,7 +27,8 @@ from dataclasses import dataclass
 from typing import TypeAlias
 
 from kuberhealthy.base.errors import ApiError
-from kuberhealthy.kube import Cache
+from kuberhealthy.kube import Cache, Obj
+from kuberhealthy.records.khstate import WORKLOAD_JOB, TokenBinding, bound_reason, token_bound_generation
 from kuberhealthy.seams import WebNeeds
 from kuberhealthy.web.report import stats
 from kuberhealthy.web.report.finder import (
@@ -40,8 +48,10 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Accepted:
-    """The caller may report: its run's own pod."""
+    """The caller may report: its run's own pod. `binding` goes with the khstate write (None: the
+    workload's generation is unknown, e.g. no khcheck in the cache)."""
     caller: Caller
+    binding: TokenBinding | None = None
 
 
 @dataclass(frozen=True)
@@ -82,6 +92,13 @@ def source_verdict(caller: Caller, remote_addr: str, pods: Cache) -> str:
     return SOURCE_FOREIGN
 
 
+def generation(obj: Obj | None) -> int | None:
+    """An object's `metadata.generation`; None when absent or not an integer."""
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    value = meta.get("generation") if isinstance(meta, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 class CallerRules:
     """The caller rules for one report, over the web app's caches: build one per request, call judge()."""
 
@@ -92,16 +109,19 @@ class CallerRules:
         self._finder = CallerFinder(services.pods, services.notifier, wait, services.read_checker_pods,
                                     khstates=services.khstates, read_state=services.read_khstate)
 
-    def judge(self, run_uuid: str, token: str | None, remote: str, end: float) -> Verdict:
+    def judge(self, run_uuid: str, token: str | None, remote: str, end: float,
+              found: list[Obj] | None = None) -> Verdict:
         """Who sent the report: by the token (any address) or the uuid header / source address (the
         run's pod only). `run_uuid` is the header's value ("" without it), `token` the bearer token
-        (None without one), `remote` the peer address, `end` the request's monotonic deadline."""
+        (None without one), `remote` the peer address, `end` the request's monotonic deadline, `found`
+        the pods a rescue read returned for it (triage.py)."""
         try:
-            return self._judge(run_uuid, token, remote, end)
+            return self._judge(run_uuid, token, remote, end, found)
         except CallerNotYetKnown as e:
             return NotYet(str(e))
 
-    def _judge(self, run_uuid: str, token: str | None, remote: str, end: float) -> Verdict:
+    def _judge(self, run_uuid: str, token: str | None, remote: str, end: float,
+               found: list[Obj] | None = None) -> Verdict:
         config = self._services.config
         unverified: CallerNotYetKnown | None = None
         if token is not None:
@@ -117,7 +137,7 @@ class CallerRules:
         elif config.report_auth == "token":
             return Refused(401, stats.TOKEN_REQUIRED, "a ServiceAccount token is required: send the file named by "
                            "KH_REPORT_TOKEN_FILE as Authorization: Bearer <token> (reportAuth: token)")
-        verdict = self._by_uuid(run_uuid, remote, end)
+        verdict = self._by_uuid(run_uuid, remote, end, found)
         if unverified is not None:
             if isinstance(verdict, Refused):  # the token may still prove it once it can be reviewed: not final
                 raise unverified
@@ -125,18 +145,34 @@ class CallerRules:
                            verdict.caller.namespace, verdict.caller.pod_name)
         return verdict
 
-    def _by_uuid(self, run_uuid: str, remote: str, end: float) -> Accepted | Refused:
+    def _by_uuid(self, run_uuid: str, remote: str, end: float, found: list[Obj] | None = None) -> Accepted | Refused:
         """The uuid header / source address path: the run's pod only, then the header path's source check."""
         try:
-            caller = self._finder.find(run_uuid or None, remote, end)
+            caller = self._finder.find(run_uuid or None, remote, end, found)
         except RunIsOver as e:
             return Refused(400, stats.RUN_OVER, str(e), check=e.check)
         except NotTheRunsPod as e:
             return Refused(400, stats.NOT_RUN_POD, str(e), check=e.check)
         except UnknownCaller as e:
             return Refused(400, stats.UNKNOWN_CALLER, str(e))
-        refused = self._check_source(caller, remote) if run_uuid else None
-        return refused or Accepted(caller)
+        refused = self._check_source(caller, remote) if run_uuid else self._check_node_address(caller)
+        if refused is not None:
+            return refused
+        state = caller.state or self._services.khstates.get(caller.namespace, caller.check)
+        workload, current = self._workload(caller, state)
+        if current is None:
+            return Accepted(caller)
+        if token_bound_generation(state) == current:
+            return Refused(401, stats.TOKEN_REQUIRED, bound_reason(caller.namespace, caller.check, workload),
+                           check=(caller.namespace, caller.check))
+        return Accepted(caller, TokenBinding(current, by_token=False))
+
+    def _workload(self, caller: Caller, state: Obj | None) -> tuple[str, int | None]:
+        """The caller's workload kind (khstate khWorkload) and its current generation, from the cache."""
+        services = self._services
+        workload = str(((state or {}).get("spec") or {}).get("khWorkload") or "")
+        cache = services.khjobs if workload == WORKLOAD_JOB else services.khchecks
+        return workload, generation(cache.get(caller.namespace, caller.check))
 
     def _by_token(self, token: str, run_uuid: str, end: float) -> Accepted | Refused:
         """The token path: the token's pod (cache, else one read), which must be its run's pod."""
@@ -164,7 +200,19 @@ class CallerRules:
         if run_uuid and run_uuid != caller.run_uuid:
             return Refused(400, stats.TOKEN_OTHER_POD, f"the token's pod {who.namespace}/{who.name} runs "
                            f"{caller.run_uuid}, not {run_uuid[:80]}")
-        return Accepted(caller)
+        _, current = self._workload(caller, caller.state)
+        return Accepted(caller, None if current is None else TokenBinding(current, by_token=True))
+
+    def _check_node_address(self, caller: Caller) -> Refused | None:
+        """Address path: a pod whose IP is its node's (hostNetwork, SNAT) is any process on that node, by
+        address; with reportSourceCheck enforce it must name its run (header) or prove itself (token)."""
+        if self._services.config.report_source_check != "enforce" or not caller.host_ip \
+                or caller.host_ip not in caller.pod_ips:
+            return None
+        return Refused(400, stats.SOURCE, f"report for pod {caller.namespace}/{caller.pod_name} came from its "
+                       f"node's address {caller.host_ip} (hostNetwork or SNAT), which any process on the node can "
+                       "use: send the kh-run-uuid header or the pod's token (reportSourceCheck: enforce)",
+                       check=(caller.namespace, caller.check))
 
     def _check_source(self, caller: Caller, remote: str) -> Refused | None:
         """Header path: the request should come from the pod's IP or its node's (hostNetwork, SNAT)."""
