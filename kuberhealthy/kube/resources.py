@@ -55,6 +55,7 @@ LEASES = Resource("leases", "coordination.k8s.io")
 EVENTS = Resource("events")
 TOKENREVIEWS = Resource("tokenreviews", "authentication.k8s.io", namespaced=False)
 DEPLOYMENTS = Resource("deployments", "apps")  # only for stopping a release before uninstall
+FOREIGN = "foreign"  # evict_pod: the pod under that name is not the one meant (its uid differs); left alone
 
 
 class Resources:
@@ -142,15 +143,19 @@ class Resources:
         except Conflict:  # uid precondition failed: the pod we meant is gone
             return False
 
-    def evict_pod(self, namespace: str, name: str, timeout: float = READ_TIMEOUT) -> str:
+    def evict_pod(self, namespace: str, name: str, uid: str | None = None, timeout: float = READ_TIMEOUT) -> str:
         """Evict a pod, falling back from policy/v1 to policy/v1beta1 to a plain delete.
 
-        Returns how it went: "evicted", "deleted" or "gone". An unreachable API server ends the
-        sequence at once (raised): the fallbacks are for servers that refuse a version, not for
-        servers that are away, where each would only wait out its own timeout.
+        Returns how it went: "evicted", "deleted", "gone", or FOREIGN: `uid` (a precondition, in the
+        eviction's deleteOptions and on the delete) is not the uid of the pod now under that name, so a
+        pod the caller did not create is never touched. An unreachable API server ends the sequence at
+        once (raised): the fallbacks are for servers that refuse a version, not for servers that are
+        away, where each would only wait out its own timeout.
         """
         for version in ("policy/v1", "policy/v1beta1"):
-            body = {"apiVersion": version, "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
+            body: Obj = {"apiVersion": version, "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
+            if uid:
+                body["deleteOptions"] = {"preconditions": {"uid": uid}}
             try:
                 self.kube.request("POST", PODS.path(namespace, name, "eviction"), body=body, timeout=timeout)
                 return "evicted"
@@ -158,11 +163,16 @@ class Resources:
                 # The eviction subresource is served everywhere; an unknown body version is a 4xx/5xx
                 # other than 404, so a 404 means the pod itself is gone.
                 return "gone"
+            except Conflict as e:
+                if uid:  # the precondition failed: another pod has the name now
+                    logger.debug("Not evicting %s/%s: %s", namespace, name, e)
+                    return FOREIGN
+                logger.debug("Eviction as %s failed for %s/%s: %s", version, namespace, name, e)
             except ApiError as e:
                 if is_transient(e) and e.status in (0, 503, 504):
                     raise
                 logger.debug("Eviction as %s failed for %s/%s: %s", version, namespace, name, e)
-        return "deleted" if self.delete(PODS, namespace, name, timeout=timeout) else "gone"
+        return "deleted" if self.delete(PODS, namespace, name, uid=uid, timeout=timeout) else "gone"
 
     def update_with_retry(self, res: Resource, namespace: str, name: str,
                           mutate: Callable[[Obj | None], Obj | None],

@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import secrets
+import string
 import sys
 from typing import Any
 
@@ -36,10 +37,18 @@ TOKEN_SECONDS = 600
 TOKEN_VOLUME = "kuberhealthy-report-token"
 TOKEN_DIR = "/var/run/secrets/kuberhealthy/report"
 TOKEN_PATH = f"{TOKEN_DIR}/token"
+_SUFFIX_CHARS = string.ascii_lowercase + string.digits
 
 
 def pod_name(check_name: str, unix_seconds: int) -> str:
     return f"{check_name}-{unix_seconds}".lower()
+
+
+def fallback_pod_name(v2_name: str) -> str:
+    """`<check>-<unix seconds>-<5 random [a-z0-9]>`: the name a run takes when a pod it did not create holds
+    its v2 name. What `generateName: <check>-<unix seconds>-` would give, but chosen here, before the create,
+    so the run's claim names the pod before it exists (a report never meets a claim naming another pod)."""
+    return f"{v2_name}-" + "".join(secrets.choice(_SUFFIX_CHARS) for _ in range(5))
 
 
 def new_run_key() -> str:

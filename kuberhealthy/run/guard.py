@@ -4,7 +4,8 @@ A cache can be old (a watch broke, the API server restarted or froze), and an AP
 the control plane is away; neither says anything about the checked thing. So:
   * retry: API errors at CLAIM, CREATE and RECORD are retried (jittered backoff) within the run's
     deadline, RECORD's within a grace past it (Guard.call); a transient failure at the end is a skip.
-    A retried create that finds the name taken by its own earlier attempt takes that pod;
+    A retried create that finds the name taken by its own earlier attempt takes that pod (its run
+    key); a name any other pod holds stays that pod's (Conflict: the runner renames, never removes);
   * confirm: a verdict that would fail the run is confirmed by one bounded read first (the pod, the
     khstate, the check's pods by label); the cache alone never fails a run;
   * skip, not fail: a run that cannot be completed or judged because the API was away, or its caches
@@ -33,7 +34,7 @@ from kuberhealthy.outputs.runstats import SKIP_API, SKIP_POD_DELETED
 from kuberhealthy.records import khstate
 from kuberhealthy.records.checkpod import CHECK_NAME_LABEL, pod_run_key
 from kuberhealthy.records.checkspec import CheckSpec
-from kuberhealthy.run.podstate import ERR_CLEANUP, earlier, pod_name_of, pod_uid, terminating
+from kuberhealthy.run.podstate import ERR_CLEANUP, earlier, pod_name_of, pod_uid, terminating, uid_of
 from kuberhealthy.seams import RunNeeds
 
 T = TypeVar("T")
@@ -113,19 +114,21 @@ class Guard:
         """An API error the run goes on past (a later wait decides): a transient one still impairs the run."""
         self.api_trouble |= is_transient(e)
 
-    def read_pod(self, name: str) -> Obj | None:
-        """The pod as the API server has it now (None: gone). Raises Skipped when it cannot be read."""
+    def read_pod(self, name: str, uid: str = "") -> Obj | None:
+        """The pod as the API server has it now (None: gone; with `uid`, also when another pod holds the name
+        now). Raises Skipped when it cannot be read."""
         try:
-            return self.services.resources.get(PODS, self.check.namespace, name, timeout=CONFIRM_TIMEOUT)
+            pod = self.services.resources.get(PODS, self.check.namespace, name, timeout=CONFIRM_TIMEOUT)
         except NotFound:
             return None
         except ApiError as e:
             self.api_trouble = True
             raise Skipped(SKIP_API, f"could not read checker pod {name}: {e}") from e
+        return None if uid and uid_of(pod) not in (uid, "") else pod
 
-    def present(self, name: str, before: str) -> Obj:
+    def present(self, name: str, uid: str, before: str) -> Obj:
         """The pod as the API server has it now; gone, it was removed before it `before`: skipped."""
-        pod = self.read_pod(name)
+        pod = self.read_pod(name, uid)
         if pod is None:
             raise removed(before)
         return pod

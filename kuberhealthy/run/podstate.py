@@ -84,6 +84,11 @@ def pod_uid(pod: Obj) -> str:
     return str(meta.get("uid") or meta.get("name") or "")
 
 
+def uid_of(pod: Obj | None) -> str:
+    """The pod's uid ("" when there is none): what a delete or an eviction of that very pod carries."""
+    return str(((pod or {}).get("metadata") or {}).get("uid") or "")
+
+
 def pod_name_of(pod: Obj | None) -> str:
     return str(((pod or {}).get("metadata") or {}).get("name") or "")
 
@@ -100,8 +105,8 @@ def earlier(pods: list[Obj], run_uuid: str, stuck: set[str]) -> list[Obj]:
 
 
 class RunPod:
-    """One run's checker pod as the pod cache shows it: only the pod the run created counts (by name,
-    among the pods carrying its uuid: not a look-alike), and the last version seen is kept.
+    """One run's checker pod as the pod cache shows it: only the pod the run created counts (by name and,
+    once created, uid, among the pods carrying its uuid: not a look-alike), and the last version seen is kept.
 
     It also remembers what tells "someone else deleted the pod" from "the pod ended": the pods this
     run told to go itself (its CLEAR, its eviction on a timeout, a failure or a stop), and whether the
@@ -113,6 +118,7 @@ class RunPod:
         self.cache = cache
         self.run_uuid = run_uuid
         self.name = ""  # the pod this run claims, then creates
+        self.uid = ""  # the created pod's, from the create's answer: every delete and eviction carries it
         self.last: Obj | None = None  # its last version seen: in the cache, by a read, or as created
         self.told_to_go: set[str] = set()  # pods this run asked to remove (a deletionTimestamp it caused)
         self._seen = False  # the cache has shown it to START
@@ -123,9 +129,17 @@ class RunPod:
 
     def current(self) -> Obj | None:
         for pod in self.of_run():
-            if not self.name or pod_name_of(pod) == self.name:
+            if (not self.name or pod_name_of(pod) == self.name) and self.ours(pod):
                 return pod
         return None
+
+    def created(self, pod: Obj) -> None:
+        """The pod the run's create made (or found its own after a lost answer): the only one it may remove."""
+        self.last, self.uid = pod, uid_of(pod)
+
+    def ours(self, pod: Obj | None) -> bool:
+        """Whether `pod` (a version under the run's pod name) is the one the run created: same uid, when known."""
+        return not self.uid or not uid_of(pod) or uid_of(pod) == self.uid
 
     def see(self, pod: Obj) -> Obj:
         """Keep `pod` (a version from the cache or a read) as the last seen, and whether it ended on its own."""
@@ -165,13 +179,18 @@ class RunPod:
             return "deleted"
         return "exited" if pod is None or not live(pod) else None
 
-    def evictable(self) -> list[str]:
-        """The run's live pods not yet told to go: those in the cache, and the one it created (the cache
-        may not have seen it yet)."""
-        names = {pod_name_of(p) for p in self.of_run() if live(p) and not terminating(p)}
-        if self.name and (self.last is None or (live(self.last) and not terminating(self.last))):
-            names.add(self.name)
-        return sorted(names)
+    def evictable(self) -> list[tuple[str, str]]:
+        """(name, uid) of the pod this run created, while live and not yet told to go; nothing before it
+        was created. Only that pod, with its uid as the precondition: a pod under a predicted name that
+        the run did not create is never touched. A create whose answer was lost leaves no uid: then the
+        pod under the run's name that carries its uuid label, as the cache has it (a checker pod: the
+        reapers' rule)."""
+        pod = self.current()
+        uid = self.uid or uid_of(pod)
+        pod = pod or self.last
+        if not uid or (pod is not None and (not live(pod) or terminating(pod))):
+            return []
+        return [(self.name, uid)]
 
 
 def read_log_tail(api: Api, namespace: str, name: str, pod: Obj | None, timeout: float) -> str:

@@ -12,7 +12,9 @@ reporting adds a second error, why (podstate.why_ended: an OOMKill, a failed ini
 A checker pod deleted by someone else (gone, or a deletionTimestamp this run did not cause) before
 it ended on its own skips the run in START, REPORT or EXIT, whatever phase the pod then shows: a real
 kubelet stops its container (exit 143) and leaves the object Terminating for seconds. On a timeout
-or a stop the run's live pods are evicted (delete as fallback).
+or a stop the run's pod is evicted (delete as fallback). A run removes only pods by their uid: its
+own (from its create's answer) and, in CLEAR, earlier checker pods as the cache shows them; a pod it
+did not create under its predicted name is left alone, and the run takes a fallback name (CREATE).
 
 This module holds the phases: what each does and waits for, and their order. When a run believes
 what it sees (retry, confirm, skip rather than fail) is guard.py's; writing the result (khstate,
@@ -31,9 +33,10 @@ from typing import TypeVar
 from kuberhealthy.base.durations import format_duration
 from kuberhealthy.base.errors import ApiError, Conflict, is_transient
 from kuberhealthy.kube import Obj
+from kuberhealthy.kube.resources import FOREIGN
 from kuberhealthy.outputs.runstats import SKIP_POD_DELETED
 from kuberhealthy.records import khstate
-from kuberhealthy.records.checkpod import build_pod, new_run_key, pod_name, run_key_sha256
+from kuberhealthy.records.checkpod import build_pod, fallback_pod_name, new_run_key, pod_name, run_key_sha256
 from kuberhealthy.records.checkspec import CheckSpec, validate_pod_spec
 from kuberhealthy.run.guard import CONFIRM_TIMEOUT, Failed, Guard, Skipped, Stopped, removed
 from kuberhealthy.run.podstate import (
@@ -49,6 +52,7 @@ from kuberhealthy.run.podstate import (
     pod_name_of,
     start_failure,
     terminating,
+    uid_of,
     why_ended,
 )
 from kuberhealthy.run.recording import Recorder
@@ -61,6 +65,8 @@ __all__ = ["ERR_REPORT", "ERR_RUNNING", "Outcome", "Phase", "RunResult", "Runner
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+RENAMES = 5  # fallback names a run tries when its pod's name is taken by a pod it did not create
 
 
 class Runner:
@@ -82,6 +88,7 @@ class Runner:
         self.phase_seconds: dict[str, float] = {}
         self.pod = RunPod(services.pods, self.run_uuid)
         self._run_key = ""  # the run's secret: on its pod only; the claim holds its hash
+        self._v2_name = ""  # `<check>-<unix seconds>`, the pod's name unless a pod we did not create holds it
         self.log = logging.LoggerAdapter(logger, {"check": check.key, "run": self.run_uuid})
         self.guard = Guard(services, check, self.run_uuid, stop, self._started, clock, self.log)
         self.recorder = Recorder(services, check, self.run_uuid, self.guard, self._wall_start, clock, wall, self.log)
@@ -162,7 +169,7 @@ class Runner:
         takes reports from that pod only, whatever else carries the same labels and env.
         """
         self.phase = Phase.CLAIM
-        self.pod.name = self._fresh_pod_name()
+        self.pod.name = self._v2_name = self._fresh_pod_name()
         self._run_key = new_run_key()
         try:
             claimed = self.guard.call("claim the run", self._claim_once, self._deadline)
@@ -188,8 +195,9 @@ class Runner:
                 continue  # already told to go
             self.log.info("Removing earlier checker pod %s", pod_name_of(pod))
             self.pod.told_to_go.add(pod_name_of(pod))
-            try:
-                self.services.resources.evict_pod(self.check.namespace, pod_name_of(pod), timeout=CONFIRM_TIMEOUT)
+            try:  # that pod, by its uid: not whatever holds its name by now
+                self.services.resources.evict_pod(self.check.namespace, pod_name_of(pod), uid=uid_of(pod) or None,
+                                                  timeout=CONFIRM_TIMEOUT)
             except ApiError as e:  # the wait below decides; it fails the run if the pod stays
                 self.log.warning("Could not remove earlier checker pod %s: %s", pod_name_of(pod), e)
                 self.guard.saw(e)
@@ -197,18 +205,37 @@ class Runner:
             self.guard.confirm_cleared(stuck)
 
     def _create(self) -> None:
-        """CREATE: the checker pod, under the name the claim gave it."""
+        """CREATE: the checker pod, under the name the claim gave it. A pod the run did not create holding
+        that name (a squatter: no run key of ours) is left alone: the run claims a fallback name
+        (`<check>-<unix seconds>-<5 random>`, what generateName would give) and creates under it, within
+        its deadline. The claim names the new pod before it exists, so its report is never refused."""
         self.phase = Phase.CREATE
-        body = build_pod(self.check, self.run_uuid, self.wall(), self.services.config.external_check_reporting_url,
-                         self.services.owner_reference(self.check.namespace),
-                         deadline_unix=self._wall_start + self.check.timeout, name=self.pod.name, run_key=self._run_key)
-        try:
-            self.pod.last = self.guard.create_pod(body, self.pod.name, self._run_key, self._deadline)
-        except Conflict as e:
-            raise Failed(f"failed to create checker pod {self.pod.name}: {e}") from e
-        except ApiError as e:
-            raise Failed(f"failed to create checker pod: {e}") from e
+        for renames in range(RENAMES + 1):
+            body = build_pod(self.check, self.run_uuid, self.wall(), self.services.config.external_check_reporting_url,
+                             self.services.owner_reference(self.check.namespace), name=self.pod.name,
+                             deadline_unix=self._wall_start + self.check.timeout, run_key=self._run_key)
+            try:
+                self.pod.created(self.guard.create_pod(body, self.pod.name, self._run_key, self._deadline))
+                break
+            except Conflict as e:
+                if not e.already_exists or renames == RENAMES or self._deadline - self.clock() <= 0:
+                    raise Failed(f"failed to create checker pod {self.pod.name}: {e}") from e
+                self._rename(e)
+            except ApiError as e:
+                raise Failed(f"failed to create checker pod: {e}") from e
         self.log.info("Created checker pod %s", self.pod.name)
+
+    def _rename(self, taken: Conflict) -> None:
+        """CREATE found the run's pod name taken by a pod it did not create: claim a fallback name."""
+        old, self.pod.name = self.pod.name, fallback_pod_name(self._v2_name)
+        self.log.warning("Checker pod name %s is taken by a pod this run did not create (%s); leaving it alone "
+                         "and creating %s", old, taken, self.pod.name)
+        try:
+            bound = self.guard.call("claim the run's new pod name", self._rebind_once, self._deadline)
+        except ApiError as e:
+            raise Failed(f"failed to claim the run in its khstate: {e}") from e
+        if bound is None:
+            raise Failed("failed to claim the run in its khstate: it names another run now")
 
     def _start(self) -> bool:
         """START: past Pending, or an image pull failure. False: the run was settled on fresh reads."""
@@ -218,11 +245,11 @@ class Runner:
             raise removed("started")
         if state is None or state == "gone":  # the deadline passed, or the pod left the cache
             if state == "gone":
-                self.guard.present(self.pod.name, "started")
+                self.guard.present(self.pod.name, self.pod.uid, "started")
             self._settle()  # decide on what the API server says
             return False
         if state == "pull":
-            pod = self.pod.see(self.guard.present(self.pod.name, "started"))  # confirm: not on the cache alone
+            pod = self.pod.see(self.guard.present(self.pod.name, self.pod.uid, "started"))  # confirm: not the cache
             if self.pod.deleted(pod):
                 raise removed("started")
             failure = start_failure(pod)
@@ -244,7 +271,7 @@ class Runner:
         elif self.guard.report_confirmed():
             self.log.info("Checker pod reported (confirmed by a read; the cache was behind)")
         elif outcome == "gone":
-            self.guard.present(self.pod.name, "reported")
+            self.guard.present(self.pod.name, self.pod.uid, "reported")
             self._settle()
             return False
         else:  # ended without reporting: fail now rather than at the deadline, with v2's reason
@@ -259,7 +286,7 @@ class Runner:
         self.phase = Phase.EXIT
         state = self._wait(self.pod.exit_state)
         if state is None:
-            pod = self.guard.read_pod(self.pod.name)
+            pod = self.guard.read_pod(self.pod.name, self.pod.uid)
             if pod is not None:
                 self.pod.see(pod)
             if self.pod.deleted(pod):
@@ -292,7 +319,7 @@ class Runner:
             if self._wait(self._reported_and_exited):
                 return
         reported = self.guard.reported() or self.guard.report_confirmed()
-        pod = self.guard.read_pod(self.pod.name)
+        pod = self.guard.read_pod(self.pod.name, self.pod.uid)
         if pod is not None:
             self.pod.see(pod)
         if self.pod.deleted(pod) or (pod is None and not reported):
@@ -351,6 +378,12 @@ class Runner:
                 raise Stopped()
         return name
 
+    def _rebind_once(self, timeout: float) -> Obj | None:
+        ns, name = self.check.namespace, self.check.name
+        return khstate.rebind_run_pod(self.services.resources, ns, name, self.run_uuid, self.pod.name,
+                                      hint=self.services.khstates.get(ns, name), timeout=timeout,
+                                      deadline=self._deadline, clock=self.clock)
+
     def _claim_once(self, timeout: float) -> Obj:
         ns, name = self.check.namespace, self.check.name
         return khstate.claim_run(self.services.resources, ns, name, self.run_uuid, self.services.config.pod_name,
@@ -359,12 +392,16 @@ class Runner:
                                  run_key_sha256=run_key_sha256(self._run_key), clock=self.clock)
 
     def _evict_run_pods(self) -> None:
-        """Remove this run's live pods. An API error here is logged; the reaper or the next run's CLEAR retries."""
-        for name in self.pod.evictable():
+        """Remove the pod this run created, by its uid (RunPod.evictable). An API error here is logged; the
+        reaper or the next run's CLEAR retries."""
+        for name, uid in self.pod.evictable():
             self.pod.told_to_go.add(name)
             try:
-                how = self.services.resources.evict_pod(self.check.namespace, name, timeout=CONFIRM_TIMEOUT)
-                self.log.info("Removed checker pod %s (%s)", name, how)
+                how = self.services.resources.evict_pod(self.check.namespace, name, uid=uid, timeout=CONFIRM_TIMEOUT)
+                if how == FOREIGN:
+                    self.log.warning("Left pod %s alone: it is not the pod this run created (another uid)", name)
+                else:
+                    self.log.info("Removed checker pod %s (%s)", name, how)
             except ApiError as e:
                 self.log.warning("Could not remove checker pod %s: %s", name, e)
                 if is_transient(e):

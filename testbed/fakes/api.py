@@ -11,6 +11,7 @@ from typing import Any
 
 from kuberhealthy.base.errors import ApiError, Conflict, NotFound, ServerError, Unreachable
 from kuberhealthy.kube import EVENTS, PODS, Obj, Resource, Resources
+from kuberhealthy.kube.resources import FOREIGN
 from testbed.fakes.cache import FakeCache, _field, _labels_match, _terms
 from testbed.fakes.clock import Activity, FakeClock, stamp
 
@@ -178,15 +179,20 @@ class FakeApi:
     def delete(self, res: Resource, namespace: str, name: str, grace_seconds: int | None = None,
                uid: str | None = None, timeout: float = 0) -> bool:
         with self._lock:
-            fault = self._enter("delete", res, namespace, name)
+            fault = self._enter("delete", res, namespace, name, {"uid": uid})  # the precondition, for tests
             gone = self._delete(res, namespace, name, uid)
         self._lost(fault)
         return gone
 
-    def evict_pod(self, namespace: str, name: str, timeout: float = 0) -> str:
+    def evict_pod(self, namespace: str, name: str, uid: str | None = None, timeout: float = 0) -> str:
+        """As kube.Resources: a `uid` precondition that another pod under the name fails leaves it alone."""
         with self._lock:
-            fault = self._enter("evict_pod", PODS, namespace, name)
-            how = "evicted" if self._delete(PODS, namespace, name, None) else "gone"
+            fault = self._enter("evict_pod", PODS, namespace, name, {"uid": uid})
+            obj = self._objects.get((PODS.plural, namespace, name))
+            if obj is not None and uid and obj["metadata"].get("uid") != uid:
+                how = FOREIGN
+            else:
+                how = "evicted" if self._delete(PODS, namespace, name, None) else "gone"
         self._lost(fault)
         return how
 
