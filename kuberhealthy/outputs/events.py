@@ -15,6 +15,12 @@ as client-go makes them, so a create retried after a lost answer finds its own E
 of making a second one. The queue is bounded: when the events API is slow or away, new events are
 dropped and counted. API errors are retried briefly (transient ones), then logged and given up.
 
+ReportRejected is damped before it is queued (anyone can send a report that is refused): at most one
+per object and reason per REJECTED_EVERY seconds. The ones damped in between are not lost but counted,
+as client-go's correlator counts repeats: the next one let through carries them in its weight, so the
+Event's `count` is the number of rejections, while the API sees at most one request per minute per
+check and reason. `damped` counts them for the process.
+
 What this module does not do: decide when an event is due (the runner and the report handler do),
 or talk to the API itself: it is handed an `EventsAPI` (kube/resources.py implements it), so it
 imports nothing from `kubernetes`. Events are best-effort; nothing waits for them.
@@ -56,6 +62,7 @@ ATTEMPTS = 3  # tries per event for transient errors
 BACKOFF_FIRST = 0.5  # seconds, doubled per try
 FLUSH_TIMEOUT = 2.0  # seconds stop() may spend sending what is queued
 MESSAGE_CHARS = 1024
+REJECTED_EVERY = 60.0  # seconds: at most one ReportRejected per object and reason in this time
 WARN_EVERY = 60.0  # seconds between warnings about dropped or unsent events
 _NAME_MAX = 253
 
@@ -102,6 +109,7 @@ class _Pending:
     message: str
     wall: float  # unix seconds when it happened (a late send keeps the right time)
     mono: float
+    weight: int = 1  # occurrences it stands for (damped ReportRejected ones before it, plus itself)
 
     @property
     def key(self) -> tuple[str, ...]:
@@ -114,6 +122,12 @@ class _Sent:
     name: str
     count: int
     last_mono: float
+
+
+@dataclass
+class _Damped:
+    passed: float  # when the last ReportRejected for this (object, reason) was let through (monotonic)
+    since: int = 0  # damped since then
 
 
 def event_body(ref: ObjectRef, name: str, type_: str, reason: str, message: str, first: str, last: str,
@@ -138,6 +152,7 @@ class EventRecorder(BackgroundThread):
     def __init__(self, api: EventsAPI, instance: str, *, queue_events: int = QUEUE_EVENTS,
                  cache_entries: int = CACHE_ENTRIES, window: float = WINDOW, timeout: float = REQUEST_TIMEOUT,
                  backoff_first: float = BACKOFF_FIRST, flush_timeout: float = FLUSH_TIMEOUT,
+                 rejected_every: float = REJECTED_EVERY,
                  wall: Callable[[], float] = time.time, clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__(self.thread_name)
         self._api = api
@@ -160,12 +175,16 @@ class EventRecorder(BackgroundThread):
         self.failed = 0  # given up after API errors
         self._unreported = 0
         self._last_warning: float | None = None
+        self.rejected_every = rejected_every
+        self._rejections: collections.OrderedDict[tuple[str, ...], _Damped] = collections.OrderedDict()  # _cond
+        self.damped = 0  # ReportRejected events damped (counted onto the next one let through)
 
     # --- the callers' side -------------------------------------------------------------------------------
 
-    def record(self, ref: ObjectRef, type_: str, reason: str, message: str) -> bool:
-        """Queue an event; False if it was dropped. Never blocks on the API, never raises."""
-        item = _Pending(ref, type_, reason, _cap(message), self._wall(), self._clock())
+    def record(self, ref: ObjectRef, type_: str, reason: str, message: str, weight: int = 1) -> bool:
+        """Queue an event (standing for `weight` occurrences); False if it was dropped. Never blocks on
+        the API, never raises."""
+        item = _Pending(ref, type_, reason, _cap(message), self._wall(), self._clock(), max(1, weight))
         with self._cond:
             if self._stop.is_set() or len(self._queue) >= self._max:
                 self.dropped += 1
@@ -187,8 +206,22 @@ class EventRecorder(BackgroundThread):
         return self.record(ref, NORMAL, CHECK_RUN_REQUESTED, f"A run of {ref.namespace}/{ref.name} was requested{via}")
 
     def report_rejected(self, ref: ObjectRef, reason: str) -> bool:
+        """Damped (module docstring): True when queued or counted onto the next one, False if dropped."""
+        key = (ref.api_version, ref.kind, ref.namespace, ref.name, ref.uid, reason)
+        now = self._clock()
+        with self._cond:
+            seen = self._rejections.get(key)
+            if seen is not None and now - seen.passed < self.rejected_every:
+                seen.since += 1
+                self.damped += 1
+                return True
+            weight = 1 + (seen.since if seen is not None else 0)
+            self._rejections[key] = _Damped(now)
+            self._rejections.move_to_end(key)
+            while len(self._rejections) > self._cache_entries:
+                self._rejections.popitem(last=False)
         return self.record(ref, WARNING, REPORT_REJECTED, f"A report for {ref.namespace}/{ref.name} was rejected: "
-                           f"{reason}")
+                           f"{reason}", weight)
 
     def queued(self) -> int:
         with self._cond:
@@ -268,8 +301,9 @@ class EventRecorder(BackgroundThread):
         if seen is not None and item.mono - seen.last_mono <= self.window:
             try:
                 self._call(attempts, lambda: self._api.patch_event(
-                    item.ref.namespace, seen.name, {"count": seen.count + 1, "lastTimestamp": last}, self.timeout))
-                seen.count += 1
+                    item.ref.namespace, seen.name, {"count": seen.count + item.weight, "lastTimestamp": last},
+                    self.timeout))
+                seen.count += item.weight
                 seen.last_mono = item.mono
                 self._sent.move_to_end(item.key)
                 with self._cond:
@@ -278,14 +312,15 @@ class EventRecorder(BackgroundThread):
             except NotFound:  # expired (the API server keeps Events for --event-ttl): start anew
                 pass
         name = self._name(item)
-        body = event_body(item.ref, name, item.type, item.reason, item.message, last, last, 1, self.instance)
+        body = event_body(item.ref, name, item.type, item.reason, item.message, last, last, item.weight,
+                          self.instance)
         try:
             self._call(attempts, lambda: self._api.create_event(item.ref.namespace, body, self.timeout))
         except Conflict as e:
             if not e.already_exists:
                 raise
             # A create of ours that landed although its answer was lost: it is this very Event.
-        self._sent[item.key] = _Sent(name, 1, item.mono)
+        self._sent[item.key] = _Sent(name, item.weight, item.mono)
         self._sent.move_to_end(item.key)
         while len(self._sent) > self._cache_entries:
             self._sent.popitem(last=False)

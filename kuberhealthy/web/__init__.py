@@ -19,6 +19,7 @@ from kuberhealthy.web.dashboard import routes as dashboard_routes
 from kuberhealthy.web.report import routes as report_routes
 from kuberhealthy.web.report.stats import ReportStats
 from kuberhealthy.web.report.tokens import TokenVerifier
+from kuberhealthy.web.report.triage import Triage
 from kuberhealthy.web.status import routes as status_routes
 from kuberhealthy.web.status.metrics import CheckStatsCollector, InfluxCollector, make_registry
 from kuberhealthy.web.status.page import StatusCache
@@ -43,7 +44,9 @@ def create_app(services: WebNeeds, *, caller_wait: float = CALLER_WAIT) -> Flask
                              services.cache_status, [*services.stats.collectors(), *report_stats.collectors(), *ours])
     app.extensions[EXTENSION] = WebContext(services=services, status=cache, registry=registry,
                                            caller_wait=caller_wait, report_stats=report_stats,
-                                           tokens=TokenVerifier(services.resources), views=views)
+                                           tokens=TokenVerifier(services.resources), views=views,
+                                           triage=Triage(services.pods, services.khstates, services.notifier,
+                                                         services.read_checker_pods))
     app.register_blueprint(status_routes.bp)
     app.register_blueprint(report_routes.bp)
     app.register_blueprint(health.bp)

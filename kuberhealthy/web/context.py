@@ -14,11 +14,12 @@ from kuberhealthy.seams import WebNeeds
 from kuberhealthy.web.ratelimit import RateLimiter
 from kuberhealthy.web.report.stats import ReportStats
 from kuberhealthy.web.report.tokens import TokenVerifier
+from kuberhealthy.web.report.triage import Triage
 from kuberhealthy.web.status.page import StatusCache
 from kuberhealthy.web.views import ViewCache
 
 CALLER_WAIT = 0.8  # seconds a report waits for its pod to show up in the pod cache (then: one read)
-REPORT_SLOTS = 24  # reports handled at once; the web server's other threads stay free for `/` and probes
+REPORT_SLOTS = 24  # reports of runs the caches know handled at once (others: triage.py's pool, no slot)
 EXTENSION = "kuberhealthy"
 
 
@@ -33,6 +34,7 @@ class WebContext:
     report_stats: ReportStats
     tokens: TokenVerifier
     views: ViewCache  # the JSON API's entries (web/api.py) and the per-check metrics
+    triage: Triage  # sorts reports by what the caches know, before any takes a slot
     report_slots: threading.BoundedSemaphore = field(default_factory=lambda: threading.BoundedSemaphore(REPORT_SLOTS))
     _limiter: RateLimiter | None = None
     _limiter_lock: threading.Lock = field(default_factory=threading.Lock)

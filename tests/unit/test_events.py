@@ -337,3 +337,37 @@ def test_stop_gives_up_the_rest_when_the_api_is_away(api: FakeEvents, clock: Clo
     r.join(WAIT)
     assert not r.is_alive()
     assert len(api.calls) == 1 and r.failed == 5 and api.events() == []
+
+
+# --- ReportRejected is damped ------------------------------------------------------------------------------
+
+def test_a_repeated_rejection_is_one_event_a_minute_and_counts_the_damped_ones(api: FakeEvents, clock: Clock) -> None:
+    r = recorder(api, clock)
+    for _ in range(10):
+        assert r.report_rejected(CHECK, "its run is over")
+        clock.advance(1)
+    drain(r)
+    assert [c[0] for c in api.calls] == ["create"] and r.damped == 9
+    clock.advance(51)  # a minute after the first
+    r.report_rejected(CHECK, "its run is over")
+    drain(r)
+    (event,) = api.events()
+    assert [c[0] for c in api.calls] == ["create", "patch"]
+    assert event["count"] == 11  # every rejection is counted, two requests made
+
+
+def test_damping_is_per_check_and_reason(api: FakeEvents, clock: Clock) -> None:
+    r = recorder(api, clock)
+    other = ObjectRef(ev.KIND_CHECK, "team-a", "ping", "uid-2")
+    for ref, reason in [(CHECK, "a"), (CHECK, "b"), (other, "a"), (CHECK, "a"), (other, "a")]:
+        r.report_rejected(ref, reason)
+    drain(r)
+    assert len(api.events()) == 3 and r.damped == 2
+
+
+def test_other_events_are_not_damped(api: FakeEvents, clock: Clock) -> None:
+    r = recorder(api, clock)
+    for _ in range(3):
+        r.check_failed(CHECK, "boom")
+    drain(r)
+    assert api.events()[0]["count"] == 3 and r.damped == 0

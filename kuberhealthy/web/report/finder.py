@@ -10,9 +10,10 @@ without a pod name (written by an older daemon during an upgrade) binds to the e
 candidate.
 
 Looking up never lists the cluster per report: the pod cache answers; only a cache miss costs one
-bounded read by label (or by pod IP). When neither can say yet, CallerNotYetKnown (503), never a
-refusal. The rules that turn this into a verdict (tokens, the source check) are caller.py's; this
-module knows nothing of HTTP.
+bounded read by label (or by pod IP), and only for a run the caches know (triage.py sorts out the
+others before, and hands in what its rescue read found as `found`). When neither can say yet,
+CallerNotYetKnown (503), never a refusal. The rules that turn this into a verdict (tokens, the source
+check) are caller.py's; this module knows nothing of HTTP.
 """
 from __future__ import annotations
 
@@ -103,6 +104,25 @@ def normalize_ip(remote_addr: str) -> str | None:
     return ip.compressed
 
 
+def named_by(run_uuid: str | None, remote_addr: str) -> tuple[str | None, str]:
+    """(pod IP or None, selector text) of what a report names: its uuid header, else its source address.
+    UnknownCaller when no pod can be so named (a uuid no label can hold, an address that is none)."""
+    if run_uuid:
+        selector = f"{RUN_ID_LABEL}={_short(run_uuid)}"
+        if not _LABEL_VALUE.match(run_uuid):  # no pod can carry this label: refuse at once
+            raise UnknownCaller(not_found(selector))
+        return None, selector
+    ip = normalize_ip(remote_addr)
+    if ip is None:
+        raise UnknownCaller(f"failed to parse the caller's address {_short(remote_addr)!r}")
+    return ip, f"status.podIP=={ip},status.phase==Running"
+
+
+def not_found(selector: str) -> str:
+    """v2's reason when no pod answers to the selector (contract-tested text)."""
+    return f"failed to find a pod with selector {selector}"
+
+
 def _running(pod: Obj) -> bool:
     return (pod.get("status") or {}).get("phase") == "Running"
 
@@ -136,30 +156,31 @@ class CallerFinder:
         with self._notifier.waiter(topic) as waiter:
             return waiter.wait_for(find, min(deadline, self._clock() + self._wait), clock=self._clock) or []
 
-    def find(self, run_uuid: str | None, remote_addr: str, deadline: float | None = None) -> Caller:
-        """The validated caller; UnknownCaller (400) or CallerNotYetKnown (503). `deadline` is monotonic."""
+    def find(self, run_uuid: str | None, remote_addr: str, deadline: float | None = None,
+             found: list[Obj] | None = None) -> Caller:
+        """The validated caller; UnknownCaller (400) or CallerNotYetKnown (503). `deadline` is monotonic;
+        `found`: the pods a read made for this request already returned (triage.py's rescue read)."""
         end = deadline if deadline is not None else self._clock() + self._wait + READ_RESERVE
-        ip: str | None = None
-        if run_uuid:
-            selector = f"{RUN_ID_LABEL}={_short(run_uuid)}"
-            if not _LABEL_VALUE.match(run_uuid):  # no pod can carry this label: refuse at once
-                raise UnknownCaller(f"failed to find a pod with selector {selector}")
+        ip, selector = named_by(run_uuid, remote_addr)
+        read = found is not None
+        if found is not None:
+            pods = found if ip is None else [p for p in found if _running(p)]
+        elif run_uuid:
+            uuid_ = run_uuid
 
             def by_uuid() -> list[Obj]:
-                return self._pods.by_index("uuid", run_uuid)
+                return self._pods.by_index("uuid", uuid_)
             pods = self._lookup(by_uuid, self._pods.topic("uuid", run_uuid), end - READ_RESERVE)
         else:
-            ip = normalize_ip(remote_addr)
-            if ip is None:
-                raise UnknownCaller(f"failed to parse the caller's address {_short(remote_addr)!r}")
-            selector = f"status.podIP=={ip},status.phase==Running"
+            assert ip is not None
             address = ip
 
             def by_ip() -> list[Obj]:
                 return [p for p in self._pods.by_index("ip", address) if _running(p)]
             pods = self._lookup(by_ip, self._pods.topic("ip", ip), end - READ_RESERVE)
-        read = False
         if not pods:
+            if read:
+                raise UnknownCaller(not_found(selector))
             pods, read = self._read(run_uuid, ip, end, selector), True
         if self._khstates is None:
             if len(pods) > 1:
@@ -239,7 +260,16 @@ class CallerFinder:
 
         def naming_run() -> Obj | None:
             state = khstates.get(caller.namespace, caller.check)
-            return state if state is not None and RunClaim.of(state).uuid == caller.run_uuid else None
+            claim = RunClaim.of(state)
+            if state is None or claim.uuid != caller.run_uuid:
+                return None
+            # A claim naming another pod, not one the pod cache shows as the run's: maybe older than the run's
+            # re-claim of a fallback name (its first name was squatted: runner._create); wait, then read.
+            if claim.pod and claim.pod != caller.pod_name:
+                labels = ((self._pods.get(caller.namespace, claim.pod) or {}).get("metadata") or {}).get("labels")
+                if (labels or {}).get(RUN_ID_LABEL) != caller.run_uuid:
+                    return None
+            return state
         state = self._lookup(lambda: [s] if (s := naming_run()) is not None else [],
                              khstates.topic("key", f"{caller.namespace}/{caller.check}"), end - READ_RESERVE)
         if state:
@@ -258,7 +288,7 @@ class CallerFinder:
         left = end - self._clock()
         if self._fallback is None or left < 0.1:
             if current:
-                raise UnknownCaller(f"failed to find a pod with selector {selector}")
+                raise UnknownCaller(not_found(selector))
             raise CallerNotYetKnown("the pod cache is not current; try again shortly")
         try:
             pods = self._fallback(run_uuid, ip, left)
@@ -267,7 +297,7 @@ class CallerFinder:
         if ip is not None:
             pods = [p for p in pods if _running(p)]
         if not pods:
-            raise UnknownCaller(f"failed to find a pod with selector {selector}")
+            raise UnknownCaller(not_found(selector))
         return pods
 
     @staticmethod

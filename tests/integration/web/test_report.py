@@ -14,6 +14,7 @@ from kuberhealthy.daemon.services import Services
 from kuberhealthy.web.report.body import MAX_BODY
 from testbed.inprocess import PodMaker, WebServer, rv, serve
 from testbed.loopback import pod_ip
+from testbed.objects import set_pod_status
 from testbed.rawhttp import post_report, request
 from testbed.wait import wait_for
 
@@ -138,10 +139,13 @@ def test_a_report_with_an_unknown_uuid_header_is_rejected_even_from_a_known_pod_
     assert rv(maker.get_khstate("hdr")) == rv(before)
 
 
-def test_a_pending_pod_cannot_report_by_ip(server: WebServer, maker: PodMaker) -> None:
+def test_a_pending_pod_cannot_report_by_ip(server: WebServer, maker: PodMaker, services: Services) -> None:
     run = new_uuid()
     before = maker.khstate("pending", run)
     pod = maker.pod("pending", run, running=False)
+    set_pod_status(maker.cluster, maker.namespace, pod.name, "Pending", pod.ip)  # an IP, not yet Running
+    wait_for(lambda: (p := services.pods.get(maker.namespace, pod.name)) is not None
+             and (p.get("status") or {}).get("podIP") == pod.ip, what="the pod's IP in the cache")
     answer = post_report(server, OK, source_ip=pod.ip)
     assert_refused(answer.status, answer.text)
     assert rv(maker.get_khstate("pending")) == rv(before)

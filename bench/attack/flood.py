@@ -1,0 +1,169 @@
+"""`make attack` scenario "flood": fake reports against a real daemon process (CONTRACT section 13, second
+bullet; issue 21 item 2).
+
+Genuine checks run all along (the simulated kubelet, every 2 s: two report with the `kh-run-uuid` header,
+two by their address only). First BASELINE seconds without an attacker count the daemon's own API
+requests (audit log); then THREADS threads from each of three loopback addresses send fake reports as
+fast as they are answered for HOLD seconds, half with a made-up `kh-run-uuid`, half with no header at
+all. Targets: every genuine report answered 200 (the first attempt's answer, within 2 s at p99: the
+time from the pod's Running status to the answer, the simulated checker reports at once); no genuine
+run recorded as failed; the daemon's API requests during the flood, minus the baseline's rate, fewer
+than one per ten fake reports the rate limit let through.
+"""
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from bench.attack.bed import daemon_bed, daemon_requests
+from bench.attack.table import Row, p99
+from kuberhealthy.checkclient import RUN_UUID_HEADER
+from kuberhealthy.kube import KHCHECKS
+from testbed.builders import khcheck
+from testbed.cluster import TestCluster
+from testbed.objects import state_spec
+from testbed.rawhttp import REPORT_PATH, request
+from testbed.sim.kubelet import SimKubelet
+from testbed.sim.records import Outcome
+from testbed.wait import wait_for
+
+SOURCES = ["127.0.0.21", "127.0.0.22", "127.0.0.23"]
+THREADS = 10  # per source
+HOLD = 40.0  # seconds of flood
+BASELINE = 20.0  # seconds without an attacker
+GENUINE_P99_MS = 2000.0
+COST = 0.1  # API requests per fake report, at most (exclusive)
+CHECKS = {"hdr-a": {}, "hdr-b": {}, "addr-a": {"SIM_NO_UUID_HEADER": "1"}, "addr-b": {"SIM_NO_UUID_HEADER": "1"}}
+BODY = json.dumps({"OK": True, "Errors": []}).encode()
+
+
+def kinds(events: list[dict[str, Any]]) -> str:
+    """The requests by verb and resource, most first, for the notes."""
+    c = Counter(f"{e.get('verb')} {(e.get('objectRef') or {}).get('resource')}" for e in events)
+    return ", ".join(f"{k} x{n}" for k, n in c.most_common(6)) or "none"
+
+
+class Flood:
+    """THREADS threads per source, each posting fake reports until stopped; answers counted by status."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.stop = threading.Event()
+        self.lock = threading.Lock()
+        self.statuses: Counter[str] = Counter()
+        self.slowest = 0.0
+        self.threads = [threading.Thread(target=self._send, args=(src, i), name=f"flood-{src}-{i}", daemon=True)
+                        for src in SOURCES for i in range(THREADS)]
+
+    def _send(self, source: str, i: int) -> None:
+        while not self.stop.is_set():
+            t0 = time.monotonic()
+            try:
+                headers = {"Content-Type": "application/json"}
+                if i % 2:
+                    headers[RUN_UUID_HEADER] = str(uuid.uuid4())
+                status = str(request(self.port, "POST", REPORT_PATH, BODY, headers=headers, source_ip=source,
+                                     timeout=10).status)
+            except OSError as e:
+                status = type(e).__name__
+            with self.lock:
+                self.statuses[status] += 1
+                self.slowest = max(self.slowest, time.monotonic() - t0)
+
+    def __enter__(self) -> Flood:
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(15)
+
+
+def _watch_failures(cluster: TestCluster, ns: str, stop: threading.Event, seen: dict[str, str]) -> None:
+    """Polls every check's khstate: a recorded failure is a genuine run that false-failed."""
+    while not stop.wait(0.5):
+        for check in CHECKS:
+            spec = state_spec(cluster, ns, check)
+            if spec.get("OK") is False:
+                seen.setdefault(f"{check} {spec.get('uuid')}", "; ".join(spec.get("Errors") or []))
+
+
+def run(cluster: TestCluster, workdir: Path) -> list[Row]:
+    with daemon_bed(cluster, workdir, "flood") as (ns, sim, daemon):
+        for name, env in CHECKS.items():
+            cluster.request("POST", KHCHECKS.path(ns), khcheck(name, "kh-sim/ok", "2s", timeout="30s", env=env))
+        daemon.start().wait_serving()
+        wait_for(lambda: all(state_spec(cluster, ns, c).get("OK") is True for c in CHECKS), 60,
+                 what="a first good run of every check")
+        failed: dict[str, str] = {}
+        stop = threading.Event()
+        watcher = threading.Thread(target=_watch_failures, args=(cluster, ns, stop, failed), daemon=True)
+        watcher.start()
+        offset = cluster.audit_offset()
+        time.sleep(BASELINE)
+        baseline = daemon_requests(cluster, offset, ns)
+        offset, before = cluster.audit_offset(), set(sim.report_results)
+        began = time.monotonic()
+        with Flood(daemon.port) as flood:
+            time.sleep(HOLD)
+        lasted = time.monotonic() - began
+        during = daemon_requests(cluster, offset, ns)
+        time.sleep(3.0)  # reports under way finish
+        stop.set()
+        watcher.join(5)
+        rows = [_genuine(sim, before, began, lasted, flood, failed),
+                _cost(baseline, during, lasted, flood)]
+        tracebacks = daemon.log().count("Traceback")
+        if tracebacks:
+            rows[-1].notes.append(f"{tracebacks} tracebacks in the daemon's log ({daemon.log_path})")
+            rows[-1].ok = False
+        for r in rows:
+            print(f"   {r.tried}: {r.answered}; genuine {r.genuine}; {'PASS' if r.ok else 'MISS'}", flush=True)
+            for n in r.notes:
+                print(f"      {n}", flush=True)
+        return rows
+
+
+def _answered(flood: Flood) -> str:
+    return ", ".join(f"{s} x{n}" for s, n in sorted(flood.statuses.items()))
+
+
+def _genuine(sim: SimKubelet, before: set[str], began: float, lasted: float, flood: Flood,
+             failed: dict[str, str]) -> Row:
+    """Row 1: the genuine reports sent while the flood lasted."""
+    pods = [p for k, p in sim.records.items() if k not in before and p.report is not None and p.running is not None
+            and began <= p.running <= began + lasted]
+    reports = [p.report for p in pods if p.report is not None and p.report.outcome is not Outcome.CANCELLED]
+    first = [p for p in pods if p.report is not None and p.report.statuses[:1] == [200]]
+    latencies = [(p.reported - p.running) * 1000 for p in first if p.reported is not None and p.running is not None]
+    accepted = [r for r in reports if r.outcome is Outcome.ACCEPTED]
+    worst = p99(latencies)
+    ok = (bool(reports) and len(first) == len(reports) == len(accepted) and worst <= GENUINE_P99_MS
+          and not failed)
+    notes = [f"genuine: {len(first)}/{len(reports)} answered 200 at the first attempt, "
+             f"{len(accepted)}/{len(reports)} accepted in the end; p99 {worst:.0f} ms, max "
+             f"{max(latencies, default=0):.0f} ms; false-failed runs: {failed or 'none'}; slowest fake answer "
+             f"{flood.slowest:.2f} s"]
+    return Row("flood", f"{len(SOURCES)} addresses x {THREADS} threads, {HOLD:.0f} s, made-up uuids / no header",
+               _answered(flood), None, f"{len(first)}/{len(reports)} 200 first try, p99 {worst:.0f} ms",
+               f"every genuine 200, p99 <= {GENUINE_P99_MS:.0f} ms; no false fail", ok, notes)
+
+
+def _cost(baseline: list[dict[str, Any]], during: list[dict[str, Any]], lasted: float, flood: Flood) -> Row:
+    """Row 2: the API requests the flood cost, against the baseline's rate."""
+    sent = sum(flood.statuses.values())
+    through = sent - flood.statuses["429"]
+    extra = len(during) - len(baseline) * lasted / BASELINE
+    ok = through > 0 and extra < COST * through
+    notes = [f"cost: baseline {len(baseline)} requests in {BASELINE:.0f} s ({kinds(baseline)}); during the flood "
+             f"{len(during)} in {lasted:.0f} s ({kinds(during)}); {sent} fakes sent, {through} past the rate limit"]
+    return Row("flood", "API requests caused by the flood (audit log - baseline)",
+               f"{extra:.1f} extra for {through} fakes ({extra / max(1, through):.4f} each)", None, "-",
+               f"< {COST:g} API request per fake", ok, notes)
