@@ -143,7 +143,7 @@ class _FlaskHolder:
         self.app: Any = None
 
     def init(self, services: WebNeeds) -> None:
-        self.app = create_app(services)
+        self.app = create_app(services, server_collectors=PollingWorker.metrics.collectors())
 
     def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
         if self.app is None:

@@ -8,7 +8,10 @@ talks to the Lease or lists pods from the API.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from flask import Flask, Response
+from prometheus_client.registry import Collector
 from werkzeug.exceptions import HTTPException
 
 from kuberhealthy.seams import WebNeeds
@@ -31,8 +34,10 @@ def _http_error(e: HTTPException) -> Response:
     return plain(e.code or 500, f"{e.name}: {e.description}" if e.description else e.name)
 
 
-def create_app(services: WebNeeds, *, caller_wait: float = CALLER_WAIT) -> Flask:
-    """The Flask app over running (or about to run) services."""
+def create_app(services: WebNeeds, *, caller_wait: float = CALLER_WAIT,
+               server_collectors: Sequence[Collector] = ()) -> Flask:
+    """The Flask app over running (or about to run) services. `server_collectors` are the HTTP
+    server's own metrics (the daemon's worker: connections it closed), exported on /metrics too."""
     app = Flask(__name__, static_folder=None)  # the dashboard serves its own assets (web/dashboard/)
     cache = StatusCache(services.khstates, services.khjobs).attach()
     views = ViewCache(services.khchecks, services.khjobs, services.khstates, services.pods,
@@ -41,7 +46,8 @@ def create_app(services: WebNeeds, *, caller_wait: float = CALLER_WAIT) -> Flask
     ours = [CheckStatsCollector(lambda: (b.view for b in views.entries())),
             InfluxCollector(services.influx_points_dropped)]
     registry = make_registry(cache.summary, services.current_master, lambda: services.config.prom_metrics,
-                             services.cache_status, [*services.stats.collectors(), *report_stats.collectors(), *ours])
+                             services.cache_status, [*services.stats.collectors(), *report_stats.collectors(), *ours,
+                                                     *server_collectors])
     app.extensions[EXTENSION] = WebContext(services=services, status=cache, registry=registry,
                                            caller_wait=caller_wait, report_stats=report_stats,
                                            tokens=TokenVerifier(services.resources), views=views,

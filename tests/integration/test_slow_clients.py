@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import requests
+from prometheus_client.parser import text_string_to_metric_families
 
 from kuberhealthy.kube import KHCHECKS
 from testbed.builders import khcheck
@@ -121,8 +123,20 @@ def test_connections_stalled_in_their_bodies_do_not_stop_a_genuine_report(served
         close_all(held)
 
 
-def test_a_connection_whose_headers_are_not_in_within_5_s_is_closed(served: DaemonProcess) -> None:
+def closed_total(served: DaemonProcess, reason: str) -> float:
+    text = requests.get(f"{served.url}/metrics", timeout=10).text
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "kuberhealthy_http_connections_closed_total" and sample.labels == {"reason": reason}:
+                return float(sample.value)
+    raise AssertionError(f"no kuberhealthy_http_connections_closed_total{{reason={reason!r}}} on /metrics")
+
+
+def test_a_connection_whose_headers_are_not_in_within_5_s_is_closed_and_counted_on_metrics(
+        served: DaemonProcess) -> None:
+    before = closed_total(served, "head-deadline")
     assert exchange(served, HEAD) == b""  # closed quietly: no answer at all
+    assert closed_total(served, "head-deadline") >= before + 1
 
 
 def test_a_connection_whose_body_is_not_in_within_10_s_is_closed(served: DaemonProcess) -> None:
