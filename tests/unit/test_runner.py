@@ -270,6 +270,34 @@ def test_a_pod_stuck_terminating_fails_one_run_with_the_cleanup_error_and_does_n
     assert second.result().outcome is Outcome.REPORTED and state(fake_services).ok is True
 
 
+def test_an_earlier_pod_deleted_while_still_pending_does_not_hold_up_the_next_run(
+        fake_services: FakeServices) -> None:
+    """After a failover the old leader's last pod may be deleted before any container of it started; a
+    real kubelet can take most of a minute to remove it. Nothing of it runs: the new run goes ahead."""
+    old = earlier_pod(fake_services, phase="Pending")
+    fake_services.api.stuck.add((NS, old["metadata"]["name"]))  # deleting it only marks it Terminating
+    run = Run(fake_services)
+    pod = fake_services.kubelet.run(run.pod())
+    report(fake_services, pod)
+    fake_services.kubelet.finish(pod)
+    assert run.result().outcome is Outcome.REPORTED and state(fake_services).ok is True
+    left = fake_services.api.peek(PODS, NS, old["metadata"]["name"])
+    assert left is not None and left["metadata"].get("deletionTimestamp")  # evicted, still Terminating
+    assert fake_services.stuck_terminating == set()  # not reported stuck: it was never waited for
+
+
+def test_an_earlier_pod_whose_container_started_is_still_waited_for_while_terminating(
+        fake_services: FakeServices) -> None:
+    old = earlier_pod(fake_services, phase="Pending",
+                      containerStatuses=[{"name": "main", "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}])
+    fake_services.api.stuck.add((NS, old["metadata"]["name"]))
+    first = Run(fake_services)
+    fake_services.until(lambda: fake_services.api.made("evict_pod"), "the earlier pod's eviction")
+    fake_services.clock.advance(PAST_DEADLINE)
+    result = first.result()
+    assert result.outcome is Outcome.FAILED and result.phase is Phase.CLEAR
+
+
 def test_a_checker_pod_deleted_by_someone_else_before_it_reported_skips_the_run(
         fake_services: FakeServices) -> None:
     run = Run(fake_services)
