@@ -4,11 +4,12 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: help venv testbed demo test test-unit e2e test-slow lint bench scale faults image image-test image-tools screenshots attack node-start node-stop node-status clean
+.PHONY: help venv testbed demo test test-unit e2e test-slow lint bench scale faults image image-test image-tools screenshots attack demo-node node-start node-stop node-status clean
 
 help:
 	@echo "make demo    - local API server + sample checks + simulated kubelet + the daemon"
-	@echo "make test    - make lint, then unit + integration + contract + browser + image tests against a real API server"
+	@echo "make demo-node - the demo on a real single node (root): the image, the chart, real checker pods"
+	@echo "make test    - make lint, the unit + integration + contract + browser + image tests against a real API server, then make e2e"
 	@echo "make test-unit - the unit tests alone (no test bed, ~20 s)"
 	@echo "make e2e     - the chart on a real single-node Kubernetes (root): images, helm install, real pods"
 	@echo "make test-slow - the long tests kept out of make test (the soak)"
@@ -43,9 +44,15 @@ testbed:
 demo: venv testbed
 	$(BIN)/python -m testbed.demo
 
-# Lint first: a layer broken or a type error fails in seconds, before the ~10 min of tests.
+# The same demo on the real single node (root): the image, the chart, checkers in real containers.
+demo-node: venv testbed image-tools
+	$(BIN)/python -m testbed.demo_node $(DEMO_ARGS)
+
+# Lint first: a layer broken or a type error fails in seconds, before the ~10 min of tests. Then the
+# end-to-end tests on the real node, as their own pytest run (the same as `make e2e`, below).
 test: lint testbed image-tools
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS) tests -m "not slow" --ignore=tests/e2e
+	$(BIN)/python -m pytest -q -p no:cacheprovider -rs $(PYTEST_ARGS) tests/e2e
 
 # The end-to-end tests (tests/e2e/README.md): a real single-node Kubernetes (hack/node/node.sh, as root),
 # the images built here with podman, the chart installed with helm. Skips with the reason where no real

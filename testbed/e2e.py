@@ -12,6 +12,7 @@ It imports nothing of `kuberhealthy` (the tests are black-box) and does not star
 """
 from __future__ import annotations
 
+import copy
 import json
 import os
 import subprocess
@@ -21,15 +22,21 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import requests
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from testbed.helm import Helm
+from testbed.e2e_images import EXAMPLES
+from testbed.e2e_images import TAG as IMAGE_TAG
+from testbed.helm import Helm, find_helm
 from testbed.loopback import free_port
-from testbed.paths import CHART
+from testbed.paths import CHART, REPO
 from testbed.procs import end_group
+
+if TYPE_CHECKING:
+    from testbed.node import RealNode
 
 RELEASE = "kh"
 API_TIMEOUT = 60.0
@@ -125,6 +132,28 @@ class E2E:
     def uninstall(self) -> subprocess.CompletedProcess[str]:
         return self.helm.run("uninstall", RELEASE, "--namespace", self.namespace, kubeconfig=self.kubeconfig,
                              check=False)
+
+    def installed(self) -> bool:
+        return self.helm.run("status", RELEASE, "--namespace", self.namespace, kubeconfig=self.kubeconfig,
+                             check=False).returncode == 0
+
+    def create_namespaces(self) -> None:
+        """The release's namespace and the checks' one, once the latter's default ServiceAccount exists."""
+        self.apply(*({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
+                     for ns in (self.namespace, self.checks_namespace)))
+        poll(lambda: self.get("serviceaccount", "default", self.checks_namespace), 60,
+             "the namespace's default ServiceAccount")
+
+    def find_cluster_ip(self) -> str:
+        """After the install: the Service's ClusterIP (kept in `cluster_ip`)."""
+        svc = poll(lambda: self.get("service", "kuberhealthy", self.namespace), 60, "the Service")
+        self.cluster_ip = str(svc["spec"]["clusterIP"])
+        return self.cluster_ip
+
+    def await_ready(self, replicas: int = 2) -> None:
+        """`replicas` Ready daemon pods, and /healthz answering through the Service's ClusterIP."""
+        poll(lambda: len(self.ready_daemon_pods()) == replicas, 180, f"{replicas} Ready daemon pods")
+        poll(lambda: self.http("/healthz").ok, 60, "the Service's ClusterIP to answer")
 
     # --- the daemon ---------------------------------------------------------------------------------
 
@@ -222,6 +251,43 @@ class E2E:
 def _ready(pod: dict[str, Any]) -> bool:
     conds = (pod.get("status") or {}).get("conditions") or []
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
+
+
+def chart_values(daemon_image: str) -> list[str]:
+    """The `--set` values of the e2e install: 2 replicas, the daemon's image from containerd (never
+    pulled), the bundled upstream checks off (their images cannot be pulled here)."""
+    repo, _, tag = daemon_image.partition(":")
+    registry, _, repository = repo.partition("/")
+    return [
+        "deployment.replicas=2", "deployment.imagePullPolicy=Never",
+        f"image.registry={registry}", f"image.repository={repository}", f"image.tag={tag}",
+        "check.daemonset.enabled=false", "check.deployment.enabled=false", "check.dnsInternal.enabled=false",
+        # quicker clean-up of finished pods and states, and the log tails on the JSON API for the tests
+        "config.checkReaperRunInterval=15s", "config.exposeLogs=true",
+    ]
+
+
+def helm_binary() -> str | None:
+    """testbed.helm.find_helm(), after fetching helm with hack/tools.sh when there is none (None: still none)."""
+    binary = find_helm()
+    if binary is None:
+        subprocess.run(["bash", str(REPO / "hack" / "tools.sh")], check=False, capture_output=True, timeout=600)
+        binary = find_helm()
+    return binary
+
+
+def import_images(node: RealNode, tars: list[Path], attempts: int = 3) -> None:
+    """`ctr images import` of each tar, again after a failure (containerd busy unpacking a large image);
+    the last failure's CalledProcessError is raised."""
+    for tar in tars:
+        for attempt in range(1, attempts + 1):
+            try:
+                node.import_image(tar)
+                break
+            except subprocess.CalledProcessError:
+                if attempt == attempts:
+                    raise
+                time.sleep(5)
 
 
 def kubectl_from_env(env: dict[str, str]) -> str:
@@ -333,3 +399,32 @@ class Sampler(threading.Thread):
             if not out or out[-1] != s.holder:
                 out.append(s.holder)
         return out
+
+
+def example_objects(kh: E2E, name: str) -> list[dict[str, Any]]:
+    """An example's khcheck.yaml, moved to the checks' namespace, on the image built here, pointed at
+    this release (http-check and dns-check test the daemon's own Service name)."""
+    docs = [d for d in yaml.safe_load_all((EXAMPLES / name / "khcheck.yaml").read_text()) if d]
+    out = []
+    for original in docs:
+        doc = copy.deepcopy(original)
+        doc["metadata"]["namespace"] = kh.checks_namespace
+        for subject in doc.get("subjects") or []:
+            subject["namespace"] = kh.checks_namespace
+        if doc["kind"] == "KuberhealthyCheck":
+            doc["metadata"]["name"] = f"example-{name}"
+            doc["spec"].update(runInterval="1m", timeout="1m")
+            pod = doc["spec"]["podSpec"]
+            pod["hostAliases"] = [{"ip": kh.cluster_ip, "hostnames": [kh.service_host]}]
+            for c in pod["containers"]:
+                c["image"] = f"localhost/kh-e2e/{name}:{IMAGE_TAG}"
+                c["imagePullPolicy"] = "Never"
+                for env in c.get("env") or []:
+                    if env["name"] == "CHECK_URL":
+                        env["value"] = f"http://{kh.service_host}/healthz"
+                    elif env["name"] == "HOSTNAME":
+                        env["value"] = kh.service_host
+                    elif env["name"] == "SECONDS":
+                        env["value"] = "0"
+        out.append(doc)
+    return out

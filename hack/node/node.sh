@@ -168,13 +168,20 @@ start_node() {
     --initial-cluster "realnode=http://127.0.0.1:$ETCD_PEER" --initial-cluster-state new
   wait_for 30 "etcd health" etcd curl -sf "http://127.0.0.1:$ETCD_PORT/health"
 
+  # An audit log of every request but watches, at Metadata level (verb, resource, user agent, source
+  # address): bench/node_bench.py counts the daemon's requests in it. In the state dir: stop removes it.
+  mkdir -p "$DIR/audit"
+  printf '%s\n' 'apiVersion: audit.k8s.io/v1' 'kind: Policy' 'omitStages: ["RequestReceived"]' 'rules:' \
+    '- level: None' '  verbs: ["watch"]' '- level: Metadata' >"$DIR/audit/policy.yaml"
   spawn apiserver "$BIN/kube-apiserver" --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
     --bind-address="$NODE_IP" --advertise-address="$NODE_IP" --secure-port=$API_PORT \
     --cert-dir="$DIR/certs" --token-auth-file="$DIR/tokens.csv" --authorization-mode=RBAC \
     --service-account-issuer=https://kubernetes.default.svc.cluster.local \
     --service-account-key-file="$DIR/sa.pub" --service-account-signing-key-file="$DIR/sa.key" \
     --service-cluster-ip-range="$SERVICE_CIDR" --allow-privileged=true --profiling=false \
-    --kubelet-preferred-address-types=InternalIP
+    --kubelet-preferred-address-types=InternalIP \
+    --audit-policy-file="$DIR/audit/policy.yaml" --audit-log-path="$DIR/audit/audit.log" \
+    --audit-log-maxsize=200 --audit-log-maxbackup=1
   wait_for 90 "API server /readyz" apiserver curl -sfk -H "Authorization: Bearer $TOKEN" "https://$NODE_IP:$API_PORT/readyz"
 
   spawn kcm "$BIN/kube-controller-manager" --kubeconfig="$DIR/kubeconfig" --port=0 --secure-port=0 \
@@ -220,6 +227,7 @@ BUSYBOX_IMAGE=$BUSYBOX_IMAGE
 ADMIN_TOKEN=$TOKEN
 SA_KEY=$DIR/sa.key
 CA_FILE=$DIR/certs/apiserver.crt
+AUDIT_LOG=$DIR/audit/audit.log
 EOF
   mv "$DIR/env.tmp" "$DIR/env"
   say "up in $((SECONDS - t0)) s: $DIR/env"

@@ -24,11 +24,10 @@ from pathlib import Path
 
 import pytest
 
-from testbed.e2e import E2E, kubectl_from_env, poll
+from testbed.e2e import E2E, chart_values, helm_binary, import_images, kubectl_from_env
 from testbed.e2e_images import Built, build_all
-from testbed.helm import Helm, find_helm
+from testbed.helm import Helm
 from testbed.node import NODE_SH, RealNode, RealNodeError
-from testbed.paths import REPO
 
 # Seconds each part may take on a cold machine (2 cores): the node's binaries (Debian's 1.20.2 tree,
 # shared with the API-server test bed), the images, the helm install, the tests themselves.
@@ -120,30 +119,19 @@ def images_fixture(real_node: RealNode, budget: Budget) -> Built:
             built = build_all(out, out / "build.log")
         except (RuntimeError, subprocess.TimeoutExpired) as e:
             pytest.fail(f"building the e2e images failed: {e}", pytrace=False)
-        for tar in sorted(set(built.tars.values())):
-            _import(real_node, tar)
+        tars = sorted(set(built.tars.values()))
+        try:
+            import_images(real_node, tars)
+        except subprocess.CalledProcessError as e:
+            pytest.fail(f"ctr images import failed: {e.stderr}", pytrace=False)
+        for tar in tars:
             tar.unlink()
     budget.say("images: " + ", ".join(f"{k} {v:.0f} s" for k, v in built.seconds.items()))
     return built
 
 
-def _import(node: RealNode, tar: Path, attempts: int = 3) -> None:
-    """`ctr images import`, again after a failure (containerd busy unpacking a large image)."""
-    for attempt in range(1, attempts + 1):
-        try:
-            node.import_image(tar)
-            return
-        except subprocess.CalledProcessError as e:
-            if attempt == attempts:
-                pytest.fail(f"ctr images import {tar.name} failed: {e.stderr}", pytrace=False)
-            time.sleep(5)
-
-
 def _helm(tmp: Path) -> Helm:
-    binary = find_helm()
-    if binary is None:
-        subprocess.run(["bash", str(REPO / "hack" / "tools.sh")], check=False, capture_output=True, timeout=600)
-        binary = find_helm()
+    binary = helm_binary()
     if binary is None:
         _skip_or_fail("no helm binary (bash hack/tools.sh could not fetch it)")
     assert binary is not None
@@ -157,36 +145,21 @@ def kh_fixture(real_node: RealNode, images: Built, budget: Budget,
     (unless a test did) and the tests' namespaces deleted."""
     e2e = E2E(kubectl_bin=kubectl_from_env(real_node.env), kubeconfig=Path(real_node.kubeconfig),
               helm=_helm(tmp_path_factory.mktemp("helm-home")))
-    repo, _, tag = images.image("daemon").partition(":")
-    registry, _, repository = repo.partition("/")
-    e2e.values = [
-        "deployment.replicas=2", "deployment.imagePullPolicy=Never",
-        f"image.registry={registry}", f"image.repository={repository}", f"image.tag={tag}",
-        "check.daemonset.enabled=false", "check.deployment.enabled=false", "check.dnsInternal.enabled=false",
-        # quicker clean-up of finished pods and states, and the log tails on the JSON API for the tests
-        "config.checkReaperRunInterval=15s", "config.exposeLogs=true",
-    ]
+    e2e.values = chart_values(images.image("daemon"))
     with budget.part("install"):
-        if e2e.helm.run("status", "kh", "--namespace", e2e.namespace, kubeconfig=e2e.kubeconfig,
-                        check=False).returncode == 0:
+        if e2e.installed():
             e2e.uninstall()  # left by a session that kept its node (KH_E2E_KEEP_NODE)
-        e2e.apply(*({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
-                    for ns in (e2e.namespace, e2e.checks_namespace)))
-        poll(lambda: e2e.get("serviceaccount", "default", e2e.checks_namespace), 60,
-             "the namespace's default ServiceAccount")
+        e2e.create_namespaces()
         e2e.install()
-        svc = poll(lambda: e2e.get("service", "kuberhealthy", e2e.namespace), 60, "the Service")
-        e2e.cluster_ip = svc["spec"]["clusterIP"]
-        poll(lambda: len(e2e.ready_daemon_pods()) == 2, 180, "two Ready daemon pods")
-        poll(lambda: e2e.http("/healthz").ok, 60, "the Service's ClusterIP to answer")
+        e2e.find_cluster_ip()
+        e2e.await_ready(2)
     started = time.monotonic()
     try:
         yield e2e
     finally:
         budget.spent["tests"] = time.monotonic() - started
         budget.say(budget.line("tests"))
-        if e2e.helm.run("status", "kh", "--namespace", e2e.namespace, kubeconfig=e2e.kubeconfig,
-                        check=False).returncode == 0:
+        if e2e.installed():
             e2e.uninstall()
         for ns in (e2e.checks_namespace, e2e.namespace):
             e2e.kubectl("delete", "namespace", ns, "--ignore-not-found", "--wait=false", check=False)

@@ -5,51 +5,19 @@ Service's ClusterIP (kube-proxy) and `kubectl port-forward`; the report paths ov
 tail of a failed run read through the real kubelet."""
 from __future__ import annotations
 
-import copy
 import re
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import yaml
 
-from testbed.e2e import E2E, daemon_logs, metric, newest_run, poll
-from testbed.e2e_images import EXAMPLES, example_names
-from testbed.e2e_images import TAG as IMAGE_TAG
+from testbed.e2e import E2E, daemon_logs, example_objects, metric, newest_run, poll
+from testbed.e2e_images import example_names
 
 FAIL_REASON = "the e2e shell check fails on purpose"
 LOG_LINE = "e2e log line before failing"
 CURL_FAIL_REASON = "the e2e curl check fails on purpose"
-
-
-def example_objects(kh: E2E, name: str) -> list[dict[str, Any]]:
-    """An example's khcheck.yaml, moved to the checks' namespace, on the image built here, pointed at
-    this release (http-check and dns-check test the daemon's own Service name)."""
-    docs = [d for d in yaml.safe_load_all((EXAMPLES / name / "khcheck.yaml").read_text()) if d]
-    out = []
-    for original in docs:
-        doc = copy.deepcopy(original)
-        doc["metadata"]["namespace"] = kh.checks_namespace
-        for subject in doc.get("subjects") or []:
-            subject["namespace"] = kh.checks_namespace
-        if doc["kind"] == "KuberhealthyCheck":
-            doc["metadata"]["name"] = f"example-{name}"
-            doc["spec"].update(runInterval="1m", timeout="1m")
-            pod = doc["spec"]["podSpec"]
-            pod["hostAliases"] = [{"ip": kh.cluster_ip, "hostnames": [kh.service_host]}]
-            for c in pod["containers"]:
-                c["image"] = f"localhost/kh-e2e/{name}:{IMAGE_TAG}"
-                c["imagePullPolicy"] = "Never"
-                for env in c.get("env") or []:
-                    if env["name"] == "CHECK_URL":
-                        env["value"] = f"http://{kh.service_host}/healthz"
-                    elif env["name"] == "HOSTNAME":
-                        env["value"] = kh.service_host
-                    elif env["name"] == "SECONDS":
-                        env["value"] = "0"
-        out.append(doc)
-    return out
 
 
 GOOD = ["shell-ok", "curl-ok", "hostnet-ok"]
