@@ -21,7 +21,7 @@ from kuberhealthy.web.dashboard import render as dashpage
 from kuberhealthy.web.dashboard import routes as dashboard_routes
 from kuberhealthy.web.report import routes as report_routes
 from kuberhealthy.web.report.stats import ReportStats
-from kuberhealthy.web.report.tokens import TokenVerifier
+from kuberhealthy.web.report.tokens import Screen, TokenVerifier
 from kuberhealthy.web.report.triage import Triage
 from kuberhealthy.web.status import routes as status_routes
 from kuberhealthy.web.status.metrics import CheckStatsCollector, InfluxCollector, make_registry
@@ -48,11 +48,11 @@ def create_app(services: WebNeeds, *, caller_wait: float = CALLER_WAIT,
     registry = make_registry(cache.summary, services.current_master, lambda: services.config.prom_metrics,
                              services.cache_status, [*services.stats.collectors(), *report_stats.collectors(), *ours,
                                                      *server_collectors])
+    triage = Triage(services.pods, services.khstates, services.notifier, services.read_checker_pods)
+    tokens = TokenVerifier(services.resources, screen=Screen(services.pods, triage.may_be_new))
     app.extensions[EXTENSION] = WebContext(services=services, status=cache, registry=registry,
                                            caller_wait=caller_wait, report_stats=report_stats,
-                                           tokens=TokenVerifier(services.resources), views=views,
-                                           triage=Triage(services.pods, services.khstates, services.notifier,
-                                                         services.read_checker_pods))
+                                           tokens=tokens, views=views, triage=triage)
     app.register_blueprint(status_routes.bp)
     app.register_blueprint(report_routes.bp)
     app.register_blueprint(health.bp)

@@ -19,7 +19,7 @@ from kuberhealthy.checkclient import RUN_UUID_HEADER
 from kuberhealthy.kube import KHCHECKS, KHSTATES, PODS, Obj
 from kuberhealthy.outputs.events import EventRecorder
 from kuberhealthy.records import khstate
-from kuberhealthy.records.checkpod import build_pod
+from kuberhealthy.records.checkpod import build_pod, run_key_sha256
 from kuberhealthy.web.context import EXTENSION
 from kuberhealthy.web.report.triage import Behind, Known, RescueReads, Triage, Unknown
 from testbed.fakes import NS, REPORTING_URL, FakeServices, check_spec, khcheck, khstate_of
@@ -57,10 +57,22 @@ def install(app: Flask, fake: FakeServices, **kw: Any) -> Triage:
 
 
 def pending_pod(fake: FakeServices, check: str = "dns") -> tuple[Obj, str]:
-    """A checker pod just created, not yet scheduled (no pod IP): the caches may be behind for 30 s."""
+    """A checker pod just created, not yet scheduled (no pod IP), whose run's claim this replica's
+    khstate cache has not seen yet (it still names an earlier run): for reports by address, the caches
+    may be behind for 30 s."""
     run = str(uuid.uuid4())
-    fake.api.put(KHSTATES, khstate_of(check, uuid=run))
+    fake.api.put(KHSTATES, khstate_of(check, uuid=str(uuid.uuid4())))
     return fake.api.put(PODS, build_pod(check_spec(check), run, fake.clock.wall(), REPORTING_URL)), run
+
+
+def claimed_pending_pod(fake: FakeServices, check: str = "dns") -> tuple[Obj, str]:
+    """A checker pod just created (no pod IP) whose khstate claims its run by the pod's name, as our
+    runner's claim does: the caches may be behind for 30 s."""
+    run, key = str(uuid.uuid4()), uuid.uuid4().hex
+    body = build_pod(check_spec(check), run, fake.clock.wall(), REPORTING_URL, run_key=key)
+    fake.api.put(KHSTATES, khstate_of(check, uuid=run, annotations={
+        khstate.RUN_POD: body["metadata"]["name"], khstate.RUN_KEY_SHA256: run_key_sha256(key)}))
+    return fake.api.put(PODS, body), run
 
 
 def api_calls(fake: FakeServices) -> list[Any]:
@@ -98,16 +110,16 @@ def test_while_a_new_pod_has_no_ip_a_stranger_is_told_to_retry_and_afterwards_re
     answer = post(client, OK)
     assert answer.status_code == 503 and answer.headers["Retry-After"] == "1"
     fake_services.kubelet.run(pod)  # it has its IP: nothing is behind any more
-    assert not triage.behind()
+    assert not triage.behind(by_address=True)
     assert post(client, OK).status_code == 400
 
 
 def test_a_young_pod_stops_counting_after_thirty_seconds(fake_services: FakeServices, app: Flask) -> None:
     triage = install(app, fake_services)
     pending_pod(fake_services)
-    assert triage.behind()
+    assert triage.behind(by_address=True)
     fake_services.clock.advance(31)
-    assert not triage.behind()
+    assert not triage.behind(by_address=True)
 
 
 def test_a_cache_that_is_not_current_means_the_caches_may_be_behind(
@@ -121,7 +133,7 @@ def test_a_cache_that_is_not_current_means_the_caches_may_be_behind(
 def test_a_genuine_report_whose_pod_the_cache_has_not_seen_with_its_ip_is_found_by_the_rescue_read(
         fake_services: FakeServices, app: Flask, client: FlaskClient) -> None:
     triage = install(app, fake_services, rescue_after=0.0)
-    pod, _ = pending_pod(fake_services)
+    pod, _ = claimed_pending_pod(fake_services)
     fake_services.pods.pause()  # the pod cache does not see the kubelet's status update
     pod = fake_services.kubelet.run(pod)
     answer = post(client, OK, source=address(pod))
@@ -327,3 +339,30 @@ def test_a_checker_pods_repeated_rejection_gives_one_event_a_minute_without_any_
     post(client, OK, run_uuid=run, source=address(pod))
     drain(r)
     assert api.events()[0]["count"] == 6 and len(api.calls) == 2
+
+
+def test_a_young_pod_counts_only_for_reports_by_address_and_only_when_a_run_of_ours_may_own_it(
+        fake_services: FakeServices, app: Flask, client: FlaskClient) -> None:
+    triage = install(app, fake_services)
+    pending_pod(fake_services)
+    assert triage.behind(by_address=True)
+    assert not triage.behind()  # a report naming a uuid: the young pod's label answers it already
+    assert post(client, OK, run_uuid=str(uuid.uuid4())).status_code == 400
+
+
+def test_a_young_pod_its_khstate_names_without_naming_the_pod_does_not_make_strangers_wait(
+        fake_services: FakeServices, app: Flask, client: FlaskClient) -> None:
+    """A khstate written by hand or by v2 (uuid, no run-pod claim): strangers still get 400 at once."""
+    triage = install(app, fake_services)
+    run = str(uuid.uuid4())
+    fake_services.api.put(KHSTATES, khstate_of("dns", uuid=run))
+    fake_services.api.put(PODS, build_pod(check_spec("dns"), run, fake_services.clock.wall(), REPORTING_URL))
+    assert not triage.behind(by_address=True)
+    assert post(client, OK).status_code == 400
+
+
+def test_a_young_pod_our_run_claims_by_name_makes_strangers_by_address_wait(
+        fake_services: FakeServices, app: Flask) -> None:
+    triage = install(app, fake_services)
+    claimed_pending_pod(fake_services)
+    assert triage.behind(by_address=True)

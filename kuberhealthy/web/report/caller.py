@@ -41,7 +41,14 @@ from kuberhealthy.web.report.finder import (
     normalize_ip,
 )
 from kuberhealthy.web.report.stats import ReportStats
-from kuberhealthy.web.report.tokens import InvalidToken, TokenNotYetVerified, TokenVerifier
+from kuberhealthy.web.report.tokens import (
+    ForeignPod,
+    InvalidToken,
+    PodIdentity,
+    TokenNotYetVerified,
+    TokenVerifier,
+    not_a_checker_pod,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +79,7 @@ class NotYet:
 
 
 Verdict: TypeAlias = Accepted | Refused | NotYet
+Reviewed: TypeAlias = PodIdentity | TokenNotYetVerified | None  # the route's review of a token (routes.py)
 
 
 SOURCE_OK, SOURCE_OTHER_POD, SOURCE_FOREIGN = "ok", "other-pod", "foreign"
@@ -110,23 +118,24 @@ class CallerRules:
                                     khstates=services.khstates, read_state=services.read_khstate)
 
     def judge(self, run_uuid: str, token: str | None, remote: str, end: float,
-              found: list[Obj] | None = None) -> Verdict:
+              found: list[Obj] | None = None, reviewed: Reviewed = None) -> Verdict:
         """Who sent the report: by the token (any address) or the uuid header / source address (the
         run's pod only). `run_uuid` is the header's value ("" without it), `token` the bearer token
         (None without one), `remote` the peer address, `end` the request's monotonic deadline, `found`
-        the pods a rescue read returned for it (triage.py)."""
+        the pods a rescue read returned for it (triage.py), `reviewed` what the route's review of the
+        token said (None: the token is verified here)."""
         try:
-            return self._judge(run_uuid, token, remote, end, found)
+            return self._judge(run_uuid, token, remote, end, found, reviewed)
         except CallerNotYetKnown as e:
             return NotYet(str(e))
 
     def _judge(self, run_uuid: str, token: str | None, remote: str, end: float,
-               found: list[Obj] | None = None) -> Verdict:
+               found: list[Obj] | None = None, reviewed: Reviewed = None) -> Verdict:
         config = self._services.config
         unverified: CallerNotYetKnown | None = None
         if token is not None:
             try:
-                return self._by_token(token, run_uuid, end)
+                return self._by_token(token, run_uuid, end, reviewed)
             except CallerNotYetKnown as e:
                 # The API server cannot review the token now (away, or RBAC without tokenreviews).
                 # With token-or-uuid the uuid rules would take this report without the token: let them
@@ -174,12 +183,16 @@ class CallerRules:
         cache = services.khjobs if workload == WORKLOAD_JOB else services.khchecks
         return workload, generation(cache.get(caller.namespace, caller.check))
 
-    def _by_token(self, token: str, run_uuid: str, end: float) -> Accepted | Refused:
+    def _by_token(self, token: str, run_uuid: str, end: float, reviewed: Reviewed = None) -> Accepted | Refused:
         """The token path: the token's pod (cache, else one read), which must be its run's pod."""
+        if isinstance(reviewed, TokenNotYetVerified):
+            raise CallerNotYetKnown(str(reviewed)) from reviewed
         try:
-            who = self._tokens.verify(token, end - time.monotonic())
+            who = reviewed or self._tokens.verify(token, end - time.monotonic())
         except InvalidToken as e:
             return Refused(401, stats.TOKEN_INVALID, str(e))
+        except ForeignPod as e:
+            return Refused(400, stats.TOKEN_OTHER_POD, str(e))
         except TokenNotYetVerified as e:
             raise CallerNotYetKnown(str(e)) from e
         services = self._services
@@ -190,8 +203,7 @@ class CallerRules:
             except ApiError as e:
                 raise CallerNotYetKnown(f"cannot look up the token's pod right now: {e}") from e
         if pod is None or (pod.get("metadata") or {}).get("uid") != who.uid:
-            return Refused(400, stats.TOKEN_OTHER_POD, f"the token's pod {who.namespace}/{who.name} is not a checker "
-                           "pod that may report")
+            return Refused(400, stats.TOKEN_OTHER_POD, not_a_checker_pod(who.namespace, who.name))
         try:
             caller = self._finder.find_pod(pod, end)
         except (NotTheRunsPod, RunIsOver) as e:

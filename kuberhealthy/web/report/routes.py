@@ -10,7 +10,10 @@ line of plain text and writes nothing; 500 means only that storing failed for a 
 A fake report costs almost nothing (triage.py): before it takes a report slot, a report is sorted by
 what the caches know. One naming no run they know gets 400 at once and no API request while the
 caches are current, or waits in a small pool (no slot held) while they may be behind, then 503 with
-`Retry-After: 1`; only reports of runs the caches know take one of the REPORT_SLOTS.
+`Retry-After: 1`; only reports of runs the caches know take one of the REPORT_SLOTS. A bearer token
+is pre-screened and reviewed before the slot too (tokens.py: a forged token is refused free, reviews
+are bounded, past the bound 503 with `Retry-After: 1`); one that cannot be reviewed right now is
+sorted like a report without one.
 
 ReportRejected Events (on the check) only where they inform: for a refusal of a report that came from
 the address of one of the check's own checker pods, or with a valid token. The message is ours (the
@@ -49,9 +52,16 @@ from kuberhealthy.web.context import WebContext, context, plain
 from kuberhealthy.web.ratelimit import RateLimiter
 from kuberhealthy.web.report import stats
 from kuberhealthy.web.report.body import MAX_BODY, BadReport, Report, parse_report
-from kuberhealthy.web.report.caller import CallerRules, NotYet, Refused
+from kuberhealthy.web.report.caller import CallerRules, NotYet, Refused, Reviewed
 from kuberhealthy.web.report.finder import normalize_ip
-from kuberhealthy.web.report.tokens import bearer
+from kuberhealthy.web.report.tokens import (
+    ForeignPod,
+    InvalidToken,
+    PodIdentity,
+    ReviewsBusy,
+    TokenNotYetVerified,
+    bearer,
+)
 from kuberhealthy.web.report.triage import Behind, Unknown
 
 logger = logging.getLogger(__name__)
@@ -176,10 +186,26 @@ def _report(end: float, source: str) -> Response:
     received = utcnow()
 
     found: list[Obj] | None = None
-    if token is None:  # a token names its pod: the token path as before
+    reviewed: Reviewed = None
+    if token is not None:  # reviewed before it takes a slot (tokens.py: pre-screen, bounded reviews)
+        try:
+            reviewed = ctx.tokens.verify(token, end - time.monotonic())
+        except InvalidToken as e:
+            return refuse(401, stats.TOKEN_INVALID, str(e), BEARER_CHALLENGE)
+        except ForeignPod as e:
+            return refuse(400, stats.TOKEN_OTHER_POD, str(e))
+        except ReviewsBusy as e:
+            logger.info("report %s from %s: not yet (503): %s", rid, who, e)
+            return plain(503, str(e), {**headers, "Retry-After": RETRY_SOON})
+        except TokenNotYetVerified as e:  # the caller rules decide (with token-or-uuid: the uuid rules may)
+            reviewed = e
+    if not isinstance(reviewed, PodIdentity):  # a token names its pod: else sorted by what the caches know
         sort = ctx.triage.sort(run_uuid or None, remote, end)
-        if isinstance(sort, Unknown):
+        if isinstance(sort, Unknown) and reviewed is None:
             return refuse(400, stats.UNKNOWN_CALLER, sort.text)
+        if isinstance(sort, Unknown):  # the token may still prove it once it can be reviewed: not final
+            logger.info("report %s from %s: not yet (503): %s", rid, who, reviewed)
+            return plain(503, str(reviewed), {**headers, "Retry-After": RETRY_AFTER})
         if isinstance(sort, Behind):
             logger.info("report %s from %s: not yet (503): %s", rid, who, sort.text)
             return plain(503, sort.text, {**headers, "Retry-After": RETRY_SOON})
@@ -187,21 +213,23 @@ def _report(end: float, source: str) -> Response:
     if not ctx.report_slots.acquire(blocking=False):
         return plain(503, "too many reports in flight; try again shortly", {**headers, "Retry-After": RETRY_AFTER})
     try:
-        return _judged(ctx, report, received, end, found, rid=rid, who=who, refuse=refuse,
+        return _judged(ctx, report, received, end, found, reviewed, rid=rid, who=who, refuse=refuse,
                        credentials=(run_uuid, token, remote))
     finally:
         ctx.report_slots.release()
 
 
-def _judged(ctx: WebContext, report: Report, received: dt.datetime, end: float, found: list[Obj] | None, *,
-            rid: str, who: str, refuse: Refuse, credentials: tuple[str, str | None, str]) -> Response:
-    """The rest of a report of a run the caches know, holding a report slot: the caller rules, then storing.
-    `credentials`: the uuid header ("" without), the bearer token (None without) and the peer address."""
+def _judged(ctx: WebContext, report: Report, received: dt.datetime, end: float, found: list[Obj] | None,
+            reviewed: Reviewed, *, rid: str, who: str, refuse: Refuse,
+            credentials: tuple[str, str | None, str]) -> Response:
+    """The rest of a report of a run the caches know (or of a reviewed token), holding a report slot: the
+    caller rules, then storing. `credentials`: the uuid header ("" without), the bearer token (None
+    without) and the peer address; `reviewed` what the token's review said."""
     services = ctx.services
     headers = {"X-Request-Id": rid}
     run_uuid, token, remote = credentials
     verdict = CallerRules(services, ctx.tokens, ctx.caller_wait, ctx.report_stats).judge(
-        run_uuid, token, remote, end, found)
+        run_uuid, token, remote, end, found, reviewed)
     if isinstance(verdict, NotYet):
         logger.warning("report %s from %s: not yet (503): %s", rid, who, verdict.text)
         return plain(503, verdict.text, {**headers, "Retry-After": RETRY_AFTER})

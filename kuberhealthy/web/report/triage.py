@@ -15,9 +15,12 @@ otherwise, and proving it must be cheap, because anyone who can open a connectio
 
 "The caches may be behind" means one of:
   * the pod or khstate cache is not current (its watch failed and has not come back yet);
-  * the pod cache holds a checker pod created less than RECENT seconds ago that has no pod IP yet (a
-    real kubelet writes the IP on its next status sync, after the container may already have started
-    and reported);
+  * for a report by address only: the pod cache holds a checker pod created less than RECENT seconds
+    ago that has no pod IP yet (a real kubelet writes the IP on its next status sync, after the
+    container may already have started and reported), and its khstate either claims it by name (our
+    runner's claim) or names another run (this replica's khstate cache trails the claim). A pod its
+    khstate names without naming the pod (written by hand, or by v2) does not count; nor does any
+    young pod for a report naming a uuid, which the pod's label already answers;
   * the khstate cache shows a run claimed less than RECENT seconds ago (first seen by this replica)
     whose pod the pod cache does not hold with a pod IP yet: the runner claims a run before it creates
     the pod, so a pod that starts and reports faster than the pod watch delivers it (the simulated
@@ -52,7 +55,7 @@ from kuberhealthy.base.errors import ApiError
 from kuberhealthy.base.notify import Notifier, Topic
 from kuberhealthy.base.times import parse_time
 from kuberhealthy.kube import Cache, Obj, key_of
-from kuberhealthy.records.checkpod import pod_ip_index, pod_uuid_index
+from kuberhealthy.records.checkpod import pod_check_index, pod_ip_index, pod_uuid_index
 from kuberhealthy.records.khstate import RunClaim
 from kuberhealthy.web.report.finder import FINISHED, FallbackRead, UnknownCaller, named_by, not_found
 
@@ -156,7 +159,8 @@ class Triage:
         self._claims: dict[str, str] = {}  # khstate key -> the uuid of its open claim
         self._claimed: dict[str, set[str]] = {}  # open claim's uuid -> khstate keys
         self._young: dict[str, float] = {}  # checker pod key -> created (unix s), while it has no IP
-        self._unseen: dict[str, float] = {}  # uuid of a claim naming its pod -> first seen (monotonic), until
+        self._unseen: dict[str, tuple[float, str]] = {}  # uuid of a claim naming its pod -> (first seen
+        # (monotonic), "<namespace>/<pod>"), until
         # the pod cache holds a pod of that run with an IP
         self.pool_full = 0  # reports answered 503 at once because the pool was full
         khstates.add_listener(self._on_state)
@@ -187,7 +191,7 @@ class Triage:
                 # Under the lock, after the claim is noted: a pod listener running meanwhile either finds
                 # the claim or its pod is in the cache already, so nothing stays unseen by a race.
                 if run != old and claim.pod and not any(pod_ip_index(p) for p in self._pods.by_index("uuid", run)):
-                    self._unseen[run] = self._clock()
+                    self._unseen[run] = (self._clock(), f"{key.split('/', 1)[0]}/{claim.pod}")
 
     def _on_pod(self, etype: str, obj: Obj, _prev: Obj | None) -> None:
         key = key_of(obj)
@@ -213,17 +217,52 @@ class Triage:
         assert ip is not None
         return any((p.get("status") or {}).get("phase") not in FINISHED for p in self._pods.by_index("ip", ip))
 
-    def behind(self) -> bool:
-        """Whether the caches may be behind what the API server has (module docstring)."""
+    def behind(self, by_address: bool = False) -> bool:
+        """Whether the caches may be behind what the API server has (module docstring). A young pod
+        without an IP counts only for a report by address (a report naming a uuid is known by the pod's
+        label already), and only while a run of ours claims it, or its khstate has not caught up with it."""
         if not self._pods.is_current() or not self._khstates.is_current():
             return True
         since, claimed_since = self._wall() - self._recent, self._clock() - self._recent
         with self._lock:
             for key in [k for k, created in self._young.items() if created <= since]:
                 del self._young[key]
-            for run in [r for r, seen in self._unseen.items() if seen <= claimed_since]:
+            for run in [r for r, (seen, _) in self._unseen.items() if seen <= claimed_since]:
                 del self._unseen[run]
-            return bool(self._young) or bool(self._unseen)
+            if self._unseen:
+                return True
+            young = list(self._young) if by_address else []
+        return any(self._awaited(key) for key in young)
+
+    def _awaited(self, key: str) -> bool:
+        """Whether young pod `key` (no IP yet) may be a run's that will report: its khstate's open claim
+        names it, or names another run (this replica's khstate cache may trail the claim). A pod whose
+        khstate names its run without naming the pod (written by hand or by v2) does not count: else
+        every such pod would turn strangers' 400s into 503s for half a minute."""
+        namespace, _, name = key.partition("/")
+        pod = self._pods.get(namespace, name)
+        if pod is None:
+            return False
+        runs, checks = pod_uuid_index(pod), pod_check_index(pod)
+        if not runs or not checks:
+            return False
+        check_ns, _, check = checks[0].partition("/")
+        claim = RunClaim.of(self._khstates.get(check_ns, check))
+        if claim.uuid != runs[0]:
+            return True
+        return claim.pod == name and not claim.finished
+
+    def may_be_new(self, namespace: str, name: str) -> bool:
+        """Whether pod `namespace/name` may exist while the pod cache does not hold it yet: a cache is not
+        current, or a claim seen less than RECENT s ago names it (a run's claim names its pod before the
+        pod exists, fallback names too: runner.py) and no pod of its run has an IP in the cache yet. For a
+        bearer token naming a pod (tokens.py): a made-up pod is not given a review while runs start."""
+        if not self._pods.is_current() or not self._khstates.is_current():
+            return True
+        self.behind()  # drops the signs that have expired
+        key = f"{namespace}/{name}"
+        with self._lock:
+            return any(key == pod for _, pod in self._unseen.values())
 
     # --- sorting a report -----------------------------------------------------------------------------
 
@@ -236,7 +275,7 @@ class Triage:
             return Unknown(str(e))
         if self.known(run_uuid, ip):
             return Known()
-        if not self.behind():
+        if not self.behind(by_address=run_uuid is None):
             return Unknown(not_found(selector))
         if not self._pool.acquire(blocking=False):
             with self._lock:
@@ -252,7 +291,7 @@ class Triage:
         def settled() -> Sorted | None:
             if self.known(run_uuid, ip):
                 return Known()
-            if not self.behind():
+            if not self.behind(by_address=run_uuid is None):
                 return Unknown(not_found(selector))
             return None
         topics = [TOPIC, self._pods.topic("uuid", run_uuid) if run_uuid else self._pods.topic("ip", ip or "")]
