@@ -104,6 +104,15 @@ def summary(url: str) -> str:
     return "\n".join(lines)
 
 
+def follow(url: str, seconds: float) -> None:
+    """The summary every 5 s until Ctrl-C, SIGTERM (both raise KeyboardInterrupt) or `seconds` (0: none)."""
+    stop_at = time.monotonic() + seconds if seconds else None
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    while stop_at is None or time.monotonic() < stop_at:
+        print(time.strftime("%H:%M:%S"), "\n" + summary(url), flush=True)
+        time.sleep(5)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--seconds", type=float, default=0, help="stop after this many seconds (0 = until Ctrl-C)")
@@ -121,11 +130,7 @@ def main() -> int:
         print(f"API server:   {demo.cluster.server}   (KUBECONFIG={demo.cluster.kubeconfig})")
         print(f"Daemon log:   {demo.daemon.log_path}")
         print("Ctrl-C stops everything.\n", flush=True)
-        stop_at = time.monotonic() + args.seconds if args.seconds else None
-        signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
-        while stop_at is None or time.monotonic() < stop_at:
-            print(time.strftime("%H:%M:%S"), "\n" + summary(url), flush=True)
-            time.sleep(5)
+        follow(url, args.seconds)
     except KeyboardInterrupt:
         print("\nStopping ...", flush=True)
     finally:

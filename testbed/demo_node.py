@@ -13,15 +13,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-from testbed.demo import summary
+from testbed.demo import follow
 from testbed.e2e import E2E, chart_values, example_objects, helm_binary, import_images, kubectl_from_env
 from testbed.e2e_images import build_all, example_names
 from testbed.helm import Helm
@@ -96,11 +94,7 @@ def main() -> int:
             print(f"Status JSON:  {url}/   Checks API: {url}/api/checks   Metrics: {url}/metrics")
             print(f"Pods:         KUBECONFIG={node.kubeconfig} kubectl get pods -n {kh.checks_namespace} -w")
             print("Ctrl-C stops everything.\n", flush=True)
-            stop_at = time.monotonic() + args.seconds if args.seconds else None
-            signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
-            while stop_at is None or time.monotonic() < stop_at:
-                print(time.strftime("%H:%M:%S"), "\n" + summary(url), flush=True)
-                time.sleep(5)
+            follow(url, args.seconds)
     except KeyboardInterrupt:
         print("\nStopping ...", flush=True)
     finally:
