@@ -424,11 +424,18 @@ def test_the_prometheus_rule_alerts_per_check_on_repeated_failures_and_on_stalen
                          "prometheus.prometheusRule.staleIntervals=4")
     rules = {r["alert"]: r for g in one(objs, "PrometheusRule", "kuberhealthy")["spec"]["groups"] for r in g["rules"]}
     assert {"KuberhealthyError", "ClusterUnhealthy", "KuberhealthyCheckFailing"} <= set(rules)  # v2's, kept
+    # Scoped to this release's scrape job and namespace; the rules' behaviour is in test_alert_rules.py.
+    sel = '{job="kuberhealthy", namespace="monitoring"}'
     failing = rules["KuberhealthyCheckFailingRepeatedly"]["expr"]
-    assert failing == "max by (check, namespace) (kuberhealthy_check_consecutive_failures) >= 5"
+    assert failing == f"max by (check) (kuberhealthy_check_consecutive_failures{sel}) >= 5"
     stale = " ".join(rules["KuberhealthyCheckStale"]["expr"].split())
-    assert stale == ("time() - max by (check, namespace) (kuberhealthy_check_last_success_timestamp_seconds) "
-                     "> 4 * max by (check, namespace) (kuberhealthy_check_interval_seconds)")
+    assert stale == (f"time() - max by (check) (kuberhealthy_check_last_success_timestamp_seconds{sel}) "
+                     f"> 4 * max by (check) (kuberhealthy_check_interval_seconds{sel})")
+    assert rules["KuberhealthyError"]["expr"] == f"absent(up{sel} == 1)"
+    renamed = helm.template("prometheus.enabled=true", "prometheus.prometheusRule.enabled=true",
+                            "prometheus.prometheusRule.job=kubernetes-service-endpoints", namespace="kh")
+    expr = one(renamed, "PrometheusRule", "kuberhealthy")["spec"]["groups"][0]["rules"][0]["expr"]
+    assert expr == 'absent(up{job="kubernetes-service-endpoints", namespace="kh"} == 1)'
     assert "{{ $labels.check }}" in rules["KuberhealthyCheckStale"]["annotations"]["description"]
 
 
@@ -649,6 +656,10 @@ PROMQL_WORDS = {
 }
 
 
+# Series Prometheus itself writes for every target (KuberhealthyError's `up`), not the daemon.
+PROMETHEUS_SERIES = {"up"}
+
+
 def _metric_names(expr: str) -> set[str]:
     """The metric names a PromQL expression (or a Grafana label_values query) selects."""
     text = expr.strip()
@@ -740,6 +751,7 @@ def test_every_metric_the_dashboard_and_alert_rules_query_is_in_a_real_daemons_s
         daemon.stop()
     assert scrape.status_code == 200
     exported = {s.name for family in text_string_to_metric_families(scrape.text) for s in family.samples}
+    exported |= PROMETHEUS_SERIES
     assert used - exported == set(), f"queried but not exported: {sorted(used - exported)}"
 
 

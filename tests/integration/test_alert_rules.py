@@ -1,0 +1,312 @@
+"""The chart's alert rules, judged by `promtool test rules` against what `helm template` renders.
+
+The input series carry the labels a real scrape through the chart's ServiceMonitor produces: job (the
+Service's `app` label, the ServiceMonitor's jobLabel), namespace (the release's, the target's label wins),
+instance, pod, service, endpoint and container, and, for the check families, the check's own namespace as
+exported_namespace. Each replica exports the same per-check values; the rules must alert once per check
+whatever the number of replicas, the error text or a rolling restart, and KuberhealthyError must fire
+when no replica is scraped healthy. Series samples are one minute apart (promtool's notation: `1x3` is four samples
+of 1, `_x3` three missing ones);
+`stale` is the marker Prometheus writes when a series leaves a scrape or a target goes away.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from testbed.helm import Helm
+from testbed.paths import CHART
+
+RELEASE_NS = "monitoring"
+JOB = "kuberhealthy"
+CHECK = "apps/dns"  # kuberhealthy_check's check label is <ns>/<name>
+Labels = dict[str, str]
+
+
+def promtool() -> str:
+    found = shutil.which("promtool") or "/usr/bin/promtool"
+    if not Path(found).is_file():
+        pytest.skip("promtool not found: run `bash hack/tools.sh`")
+    return found
+
+
+@pytest.fixture(name="rules", scope="module")
+def rules_fixture(helm: Helm, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The rendered PrometheusRule's groups (a Prometheus rule file), and the rules by alert name."""
+    objs = helm.template("prometheus.enabled=true", "prometheus.serviceMonitor.enabled=true",
+                         "prometheus.prometheusRule.enabled=true", namespace=RELEASE_NS)
+    (rule,) = [o for o in objs if o["kind"] == "PrometheusRule"]
+    path = tmp_path_factory.mktemp("rules") / "rules.yaml"
+    path.write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
+    return {"path": path, "by_name": {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}}
+
+
+def target(pod: str, ip: str, job: str = JOB, namespace: str = RELEASE_NS) -> Labels:
+    """The target labels a ServiceMonitor scrape of one daemon replica adds to each of its series."""
+    return {"job": job, "namespace": namespace, "instance": f"{ip}:8080", "pod": pod, "service": job,
+            "endpoint": "http", "container": "kuberhealthy"}
+
+
+def per_check(replica: Labels, check: str = CHECK) -> Labels:
+    """A per-check series' labels: the check's namespace arrives as exported_namespace."""
+    return {**replica, "check": check, "exported_namespace": check.partition("/")[0]}
+
+
+def check_labels(replica: Labels, error: str = "", ok: bool = True, check: str = CHECK) -> Labels:
+    """kuberhealthy_check's (and kuberhealthy_job's) labels, status and error included."""
+    return {**per_check(replica, check), "status": "1" if ok else "0", "error": error}
+
+
+def selector(metric: str, labels: Labels) -> str:
+    inner = ", ".join(f'{k}="{v}"' for k, v in labels.items())
+    return f"{metric}{{{inner}}}"
+
+
+@dataclass
+class Scenario:
+    """Input series and the alerts expected at given minutes; run() feeds them to `promtool test rules`."""
+    rules: dict[str, Any]
+    series: list[dict[str, str]] = field(default_factory=list)
+    checks: list[dict[str, Any]] = field(default_factory=list)
+    promql: list[dict[str, Any]] = field(default_factory=list)  # promql_expr_test entries
+
+    def add(self, metric: str, labels: Labels, values: str) -> Scenario:
+        self.series.append({"series": selector(metric, labels), "values": values})
+        return self
+
+    def replica(self, replica: Labels, values: str = "1x20", cluster: str = "1x20") -> Scenario:
+        """A replica's `up` and its cluster state (values in promtool notation)."""
+        return self.add("up", replica, values).add("kuberhealthy_cluster_state", replica, cluster)
+
+    def expect(self, minute: int, alert: str, *labelsets: Labels, value: str = "") -> Scenario:
+        rule = self.rules["by_name"][alert]
+        alerts = []
+        for extra in labelsets:
+            annotations = {k: v.replace("{{ $labels.check }}", extra.get("check", "")).replace("{{ $value }}", value)
+                           for k, v in rule.get("annotations", {}).items()}
+            alerts.append({"exp_labels": {**rule.get("labels", {}), **extra}, "exp_annotations": annotations})
+        self.checks.append({"eval_time": f"{minute}m", "alertname": alert, "exp_alerts": alerts})
+        return self
+
+    def quiet(self, *minutes: int, alerts: tuple[str, ...] = ()) -> Scenario:
+        """No alert of the given names (all of the chart's by default) at the given minutes."""
+        for minute in minutes:
+            for alert in alerts or tuple(self.rules["by_name"]):
+                self.expect(minute, alert)
+        return self
+
+    def run(self, tmp_path: Path) -> None:
+        test = {"rule_files": [str(self.rules["path"])], "evaluation_interval": "1m",
+                "tests": [{"interval": "1m", "input_series": self.series, "alert_rule_test": self.checks,
+                               "promql_expr_test": self.promql}]}
+        path = tmp_path / "test.yaml"
+        path.write_text(yaml.safe_dump(test, sort_keys=False))
+        proc = subprocess.run([promtool(), "test", "rules", str(path)], capture_output=True, text=True,
+                              timeout=60, check=False)
+        assert proc.returncode == 0, f"promtool test rules failed:\n{proc.stdout}\n{proc.stderr}"
+
+
+A = target("kuberhealthy-7d9f-a", "10.0.0.11")
+B = target("kuberhealthy-7d9f-b", "10.0.0.12")
+C = target("kuberhealthy-5c4e-c", "10.0.0.13")  # the new ReplicaSet's pods in a rollout
+D = target("kuberhealthy-5c4e-d", "10.0.0.14")
+FAILING = {"check": CHECK}
+
+
+def healthy(s: Scenario, replica: Labels, minutes: int = 20) -> Scenario:
+    """A replica reporting the check OK, run every minute (its last success follows the clock)."""
+    s.replica(replica, f"1x{minutes}", f"1x{minutes}")
+    s.add("kuberhealthy_check", check_labels(replica), f"1x{minutes}")
+    s.add("kuberhealthy_check_consecutive_failures", per_check(replica), f"0x{minutes}")
+    s.add("kuberhealthy_check_last_success_timestamp_seconds", per_check(replica), f"0+60x{minutes}")
+    return s.add("kuberhealthy_check_interval_seconds", per_check(replica), f"60x{minutes}")
+
+
+def failing_on_both(s: Scenario, *errors: tuple[str, str]) -> Scenario:
+    """Replicas a and b up, the cluster unhealthy, CHECK failing with these (error, values) series."""
+    for r in (A, B):
+        s.replica(r, "1x10", "0x10")
+        for error, values in errors:
+            s.add("kuberhealthy_check", check_labels(r, error, ok=False), values)
+    return s
+
+
+def test_the_rendered_rules_pass_promtool_check_rules(rules: dict[str, Any]) -> None:
+    proc = subprocess.run([promtool(), "check", "rules", str(rules["path"])], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert {"KuberhealthyError", "ClusterUnhealthy", "KuberhealthyCheckFailing"} <= set(rules["by_name"])  # v2's
+
+
+def test_a_healthy_cluster_with_two_replicas_fires_nothing(rules: dict[str, Any], tmp_path: Path) -> None:
+    s = Scenario(rules)
+    healthy(healthy(s, A), B)
+    s.quiet(0, 6, 12, 19).run(tmp_path)
+
+
+def test_a_check_failing_on_one_replica_alerts_after_five_minutes_and_resolves(
+        rules: dict[str, Any], tmp_path: Path) -> None:
+    # OK at minutes 0-2, failing at 3-13 (a new series: status and error changed), OK again from 14.
+    s = Scenario(rules).replica(A, "1x20", "1x2 0x10 1x6")
+    s.add("kuberhealthy_check", check_labels(A), "1x2 stale")
+    s.add("kuberhealthy_check", check_labels(A, "dns lookup failed", ok=False), "_x3 0x10 stale")
+    s.add("kuberhealthy_check", check_labels(A), "_x14 1x6")
+    s.quiet(2, alerts=("KuberhealthyCheckFailing", "ClusterUnhealthy"))
+    s.expect(7, "KuberhealthyCheckFailing")  # failing since minute 3: pending until minute 8
+    s.expect(8, "KuberhealthyCheckFailing", FAILING).expect(8, "ClusterUnhealthy", {})
+    s.expect(13, "KuberhealthyCheckFailing", FAILING)
+    s.quiet(15, alerts=("KuberhealthyCheckFailing", "ClusterUnhealthy"))
+    s.run(tmp_path)
+
+
+def test_a_check_failing_on_two_replicas_gives_one_alert_and_one_cluster_alert(
+        rules: dict[str, Any], tmp_path: Path) -> None:
+    s = failing_on_both(Scenario(rules), ("timed out", "0x10"))
+    s.expect(4, "KuberhealthyCheckFailing").expect(4, "ClusterUnhealthy")
+    s.expect(6, "KuberhealthyCheckFailing", FAILING).expect(6, "ClusterUnhealthy", {})
+    s.quiet(6, alerts=("KuberhealthyError",)).run(tmp_path)
+
+
+def test_a_check_failing_seven_minutes_whose_error_changed_at_minute_three_still_alerts(
+        rules: dict[str, Any], tmp_path: Path) -> None:
+    s = failing_on_both(Scenario(rules), ("pod never started", "0x2 stale"), ("timed out after 5m0s", "_x3 0x7"))
+    s.expect(5, "KuberhealthyCheckFailing", FAILING).expect(7, "KuberhealthyCheckFailing", FAILING)
+    s.run(tmp_path)
+
+
+def test_one_replica_that_still_sees_the_check_ok_raises_no_alert(rules: dict[str, Any], tmp_path: Path) -> None:
+    # max by (check): a check alerts only when every replica scraped says it fails, so a replica behind
+    # (or ahead) on the khstates cannot raise a false alert.
+    s = Scenario(rules).replica(A).replica(B)
+    s.add("kuberhealthy_check", check_labels(A, "timed out", ok=False), "0x20")
+    s.add("kuberhealthy_check", check_labels(B), "1x20")
+    s.quiet(6, 12, alerts=("KuberhealthyCheckFailing",)).run(tmp_path)
+
+
+def test_a_rolling_restart_neither_holds_nor_interrupts_nor_doubles_alerts(
+        rules: dict[str, Any], tmp_path: Path) -> None:
+    # Pods a and b are replaced by c (minute 3) and d (minute 5); old series end with a staleness marker.
+    failing = "dns lookup failed"
+    s = Scenario(rules)
+    for old, new, at in ((A, C, 3), (B, D, 5)):
+        s.replica(old, f"1x{at - 1} stale", f"0x{at - 1} stale")
+        s.add("kuberhealthy_check", check_labels(old, failing, ok=False), f"0x{at - 1} stale")
+        s.replica(new, f"_x{at} 1x{14 - at}", f"_x{at} 0x{14 - at}")
+        s.add("kuberhealthy_check", check_labels(new, failing, ok=False), f"_x{at} 0x{14 - at}")
+    s.expect(4, "KuberhealthyCheckFailing")
+    for minute in (5, 6, 10):
+        s.expect(minute, "KuberhealthyCheckFailing", FAILING).expect(minute, "ClusterUnhealthy", {})
+    s.quiet(3, 5, 6, 10, alerts=("KuberhealthyError",)).run(tmp_path)
+
+
+def test_a_healthy_rolling_restart_fires_nothing(rules: dict[str, Any], tmp_path: Path) -> None:
+    s = Scenario(rules)
+    for old, new, at in ((A, C, 3), (B, D, 5)):
+        s.replica(old, f"1x{at - 1} stale", f"1x{at - 1} stale")
+        s.add("kuberhealthy_check", check_labels(old), f"1x{at - 1} stale")
+        s.replica(new, f"_x{at} 1x{14 - at}", f"_x{at} 1x{14 - at}")
+        s.add("kuberhealthy_check", check_labels(new), f"_x{at} 1x{14 - at}")
+    s.quiet(2, 3, 4, 5, 6, 10, alerts=("KuberhealthyError", "ClusterUnhealthy", "KuberhealthyCheckFailing"))
+    s.run(tmp_path)
+
+
+def test_all_replicas_down_then_gone_fire_kuberhealthy_error_even_beside_another_release(
+        rules: dict[str, Any], tmp_path: Path) -> None:
+    # Both replicas fail their scrapes from minute 2 (up 0), their targets vanish at minute 5, and
+    # another release in another namespace stays up: it must not mask this one.
+    other = target("kuberhealthy-0-x", "10.1.0.1", namespace="kuberhealthy-canary")
+    s = Scenario(rules).add("up", other, "1x20")
+    for r in (A, B):
+        s.add("up", r, "1x1 0x3 stale")
+    s.quiet(1, alerts=("KuberhealthyError",)).expect(6, "KuberhealthyError")
+    s.expect(7, "KuberhealthyError", {}).expect(12, "KuberhealthyError", {}).run(tmp_path)
+
+
+def test_one_replica_scraped_healthy_keeps_kuberhealthy_error_quiet(rules: dict[str, Any], tmp_path: Path) -> None:
+    s = Scenario(rules).add("up", A, "0x20").add("up", B, "1x20")
+    s.quiet(6, 12, alerts=("KuberhealthyError",)).run(tmp_path)
+
+
+def test_repeated_failures_and_staleness_alert_once_per_check_with_two_replicas(
+        rules: dict[str, Any], tmp_path: Path) -> None:
+    # Minute 0 to 10: 0 to 10 failures in a row; the last success at minute 0, run every minute.
+    s = Scenario(rules)
+    for r in (A, B):
+        s.replica(r, "1x10", "0x10")
+        s.add("kuberhealthy_check_consecutive_failures", per_check(r), "0+1x10")
+        s.add("kuberhealthy_check_last_success_timestamp_seconds", per_check(r), "0x10")
+        s.add("kuberhealthy_check_interval_seconds", per_check(r), "60x10")
+    s.quiet(2, alerts=("KuberhealthyCheckFailingRepeatedly",))
+    s.expect(3, "KuberhealthyCheckFailingRepeatedly", FAILING, value="3")
+    s.quiet(3, alerts=("KuberhealthyCheckStale",))  # 180 s since the last success: not more than 3 intervals
+    s.expect(4, "KuberhealthyCheckStale", FAILING).run(tmp_path)
+
+
+def test_another_release_s_failing_checks_do_not_reach_this_release_s_rules(
+        rules: dict[str, Any], tmp_path: Path) -> None:
+    other = target("kuberhealthy-0-x", "10.1.0.1", namespace="kuberhealthy-canary")
+    s = healthy(Scenario(rules), A).replica(other, "1x20", "0x20")
+    s.add("kuberhealthy_check", check_labels(other, "timed out", ok=False), "0x20")
+    s.add("kuberhealthy_check_consecutive_failures", per_check(other), "9x20")
+    s.quiet(6, 12).run(tmp_path)
+
+
+# --- the Grafana dashboard's panels, on the same series ------------------------------------------------------
+
+DASHBOARD = CHART / "dashboards" / "kuberhealthy.json"
+
+
+def dashboard_queries() -> dict[str, list[str]]:
+    """Each panel's queries by title, with the dashboard's variables at their "All" value (.*)."""
+    found: dict[str, list[str]] = {}
+
+    def walk(panels: list[dict[str, Any]]) -> None:
+        for panel in panels:
+            exprs = [t["expr"] for t in panel.get("targets") or [] if t.get("expr")]
+            if exprs:
+                found[panel["title"]] = [e.replace("$namespace", ".*").replace("$check", ".*") for e in exprs]
+            walk(panel.get("panels") or [])
+    walk(json.loads(DASHBOARD.read_text())["panels"])
+    return found
+
+
+def test_the_dashboard_counts_each_check_and_job_once_with_two_replicas_and_a_changed_error(
+        rules: dict[str, Any], tmp_path: Path) -> None:
+    q = dashboard_queries()
+    s = Scenario(rules)
+    for r in (A, B):
+        s.replica(r, "1x10", "0x10")
+        s.add("kuberhealthy_running", {**r, "current_master": A["pod"]}, "1x10")
+        s.add("kuberhealthy_check", check_labels(r, "timed out", ok=False), "0x10")
+        s.add("kuberhealthy_check", check_labels(r, check="apps/pods"), "1x10")
+        s.add("kuberhealthy_job", check_labels(r, "exit 1", ok=False, check="apps/once"), "0x10")
+        s.add("kuberhealthy_check_duration_seconds", per_check(r), "2x10")
+    # Replica b's view of a third check is behind: it says failing, a says OK. Counted as OK (max).
+    s.add("kuberhealthy_check", check_labels(A, check="apps/lagging"), "1x10")
+    s.add("kuberhealthy_check", check_labels(B, "old error", ok=False, check="apps/lagging"), "0x10")
+
+    def value(expr: str, *samples: tuple[Labels, float]) -> dict[str, Any]:
+        expected = [{"labels": selector("", labels) if labels else "{}", "value": v} for labels, v in samples]
+        return {"expr": expr, "eval_time": "5m", "exp_samples": expected}
+    tests = [
+        value(q["Cluster state"][0], ({}, 0)),
+        value(q["Failing checks"][0], ({}, 1)),
+        value(q["Failing jobs"][0], ({}, 1)),
+        value(q["Checks"][0], ({}, 3)),
+        value(q["Replicas"][0], ({}, 2)),
+        value(q["Current master"][0], ({"current_master": A["pod"]}, 1)),
+        value(q["Check status"][0], ({"check": CHECK}, 0), ({"check": "apps/pods"}, 1), ({"check": "apps/lagging"}, 1)),
+        value(q["Check run duration"][0], ({"check": CHECK}, 2)),
+        value(q["Failing checks and their errors"][0], ({"check": CHECK, "error": "timed out"}, 0)),
+        value(q["Failing checks and their errors"][1], ({"check": "apps/once", "error": "exit 1"}, 0)),
+        value(q["Job status"][0], ({"check": "apps/once"}, 0)),
+    ]
+    s.promql = tests
+    s.run(tmp_path)
