@@ -366,3 +366,26 @@ def test_a_young_pod_our_run_claims_by_name_makes_strangers_by_address_wait(
     triage = install(app, fake_services)
     claimed_pending_pod(fake_services)
     assert triage.behind(by_address=True)
+
+
+def test_a_claimed_run_whose_pod_is_in_the_cache_makes_no_report_naming_another_uuid_wait(
+        fake_services: FakeServices, app: Flask, client: FlaskClient) -> None:
+    """The leader claimed a run and created its pod (no IP yet): a report naming another uuid is a
+    stranger's at once; one by address may be that pod's and waits."""
+    triage = install(app, fake_services, pool_wait=0.05, rescue_after=0.0)
+    claimed_pending_pod(fake_services)
+    assert not triage.behind()
+    assert post(client, OK, run_uuid=str(uuid.uuid4())).status_code == 400
+    assert triage.behind(by_address=True)
+
+
+def test_a_claimed_run_whose_pod_cannot_pull_its_image_makes_no_stranger_wait(
+        fake_services: FakeServices, app: Flask, client: FlaskClient) -> None:
+    """A check with an image that cannot be pulled: its pod never reports, so it is no sign at all."""
+    triage = install(app, fake_services)
+    pod, _ = claimed_pending_pod(fake_services)
+    fake_services.api.edit(PODS, NS, pod["metadata"]["name"], lambda p: p.setdefault("status", {}).update(
+        containerStatuses=[{"name": "main", "state": {"waiting": {"reason": "ErrImagePull"}}}]))
+    assert not triage.behind(by_address=True)
+    assert post(client, OK).status_code == 400
+    assert post(client, OK, run_uuid=str(uuid.uuid4())).status_code == 400

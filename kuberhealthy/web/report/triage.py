@@ -24,8 +24,11 @@ otherwise, and proving it must be cheap, because anyone who can open a connectio
   * the khstate cache shows a run claimed less than RECENT seconds ago (first seen by this replica)
     whose pod the pod cache does not hold with a pod IP yet: the runner claims a run before it creates
     the pod, so a pod that starts and reports faster than the pod watch delivers it (the simulated
-    kubelet does, in milliseconds) is still covered. Only claims naming their pod count (our runner's):
-    a khstate written by hand or by v2 does not make every stranger wait.
+    kubelet does, in milliseconds) is still covered. Once the pod is in the cache (with its uuid label)
+    this counts only for reports by address, and not for a pod stuck on its image (ErrImagePull and
+    the like), which never reports: a check with a bad image must not turn strangers' 400s into 503s.
+    Only claims naming their pod count (our runner's): a khstate written by hand or by v2 does not
+    make every stranger wait.
 Why from the caches and not from the runner's memory: only the leader runs checks but every replica
 answers reports, and the claim and the pod reach every replica's caches by their watches. The other
 sign the issue names, a young pod whose run the khstate cache does not name yet (a standby's khstate
@@ -57,6 +60,7 @@ from kuberhealthy.base.times import parse_time
 from kuberhealthy.kube import Cache, Obj, key_of
 from kuberhealthy.records.checkpod import pod_check_index, pod_ip_index, pod_uuid_index
 from kuberhealthy.records.khstate import RunClaim
+from kuberhealthy.run.podstate import start_failure
 from kuberhealthy.web.report.finder import FINISHED, FallbackRead, UnknownCaller, named_by, not_found
 
 RECENT = 30.0  # seconds a checker pod without an IP counts as "the caches may be behind"
@@ -229,10 +233,19 @@ class Triage:
                 del self._young[key]
             for run in [r for r, (seen, _) in self._unseen.items() if seen <= claimed_since]:
                 del self._unseen[run]
-            if self._unseen:
-                return True
+            unseen = list(self._unseen)
             young = list(self._young) if by_address else []
-        return any(self._awaited(key) for key in young)
+        return any(self._unseen_counts(run, by_address) for run in unseen) or any(self._awaited(k) for k in young)
+
+    def _unseen_counts(self, run: str, by_address: bool) -> bool:
+        """Whether a run claimed moments ago, whose pod the cache does not hold with an IP, may still
+        send the report being sorted: while its pod is not in the cache at all, any report may be its;
+        once it is (with the run's uuid label), only one by address, and only while the pod may still
+        start (not stuck on its image: ErrImagePull and the like never report)."""
+        pods = self._pods.by_index("uuid", run)
+        if not pods:
+            return True
+        return by_address and any(not pod_ip_index(p) and start_failure(p) is None for p in pods)
 
     def _awaited(self, key: str) -> bool:
         """Whether young pod `key` (no IP yet) may be a run's that will report: its khstate's open claim
@@ -248,6 +261,8 @@ class Triage:
             return False
         check_ns, _, check = checks[0].partition("/")
         claim = RunClaim.of(self._khstates.get(check_ns, check))
+        if start_failure(pod) is not None:
+            return False  # stuck on its image: it will never report
         if claim.uuid != runs[0]:
             return True
         return claim.pod == name and not claim.finished
