@@ -267,7 +267,8 @@ def test_a_claim_stops_counting_after_thirty_seconds_and_one_without_its_pod_nev
     triage = install(app, fake_services, clock=fake_services.clock)
     fake_services.api.put(KHSTATES, khstate_of("byhand", uuid=str(uuid.uuid4())))  # names no pod: v2, or a test
     assert not triage.behind()
-    fake_services.api.put(KHSTATES, khstate_of("dns", uuid=str(uuid.uuid4()), annotations={khstate.RUN_POD: "x"}))
+    claimed = f"dns-{int(fake_services.clock.wall())}"  # a run's pod name carries its start
+    fake_services.api.put(KHSTATES, khstate_of("dns", uuid=str(uuid.uuid4()), annotations={khstate.RUN_POD: claimed}))
     assert triage.behind()
     fake_services.clock.advance(31)
     assert not triage.behind()
@@ -388,4 +389,28 @@ def test_a_claimed_run_whose_pod_cannot_pull_its_image_makes_no_stranger_wait(
         containerStatuses=[{"name": "main", "state": {"waiting": {"reason": "ErrImagePull"}}}]))
     assert not triage.behind(by_address=True)
     assert post(client, OK).status_code == 400
+    assert post(client, OK, run_uuid=str(uuid.uuid4())).status_code == 400
+
+
+def test_a_claim_left_by_a_run_long_over_is_no_sign_when_the_caches_fill(
+        fake_services: FakeServices, app: Flask, client: FlaskClient) -> None:
+    """A daemon stopped mid-run leaves an open claim naming a pod that is gone; a replica starting later
+    must not take it for a run about to report (its pod name carries the run's start, long ago)."""
+    run = str(uuid.uuid4())
+    old_pod = f"dns-{int(fake_services.clock.wall()) - 3600}"
+    fake_services.api.put(KHSTATES, khstate_of("dns", uuid=run, annotations={khstate.RUN_POD: old_pod}))
+    triage = install(app, fake_services)
+    assert not triage.behind() and not triage.behind(by_address=True)
+    assert post(client, OK, run_uuid=str(uuid.uuid4())).status_code == 400
+
+
+def test_a_claim_whose_pod_never_appears_stops_counting_within_seconds(
+        fake_services: FakeServices, app: Flask, client: FlaskClient) -> None:
+    """A daemon that claimed a run and stopped before creating its pod: strangers wait only briefly."""
+    triage = install(app, fake_services)
+    claimed = f"dns-{int(fake_services.clock.wall())}"
+    fake_services.api.put(KHSTATES, khstate_of("dns", uuid=str(uuid.uuid4()), annotations={khstate.RUN_POD: claimed}))
+    assert triage.behind()
+    fake_services.clock.advance(12)
+    assert not triage.behind() and not triage.behind(by_address=True)
     assert post(client, OK, run_uuid=str(uuid.uuid4())).status_code == 400

@@ -48,6 +48,7 @@ What this module does not do: decide who may report (caller.py) or answer HTTP (
 """
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -64,6 +65,8 @@ from kuberhealthy.run.podstate import start_failure
 from kuberhealthy.web.report.finder import FINISHED, FallbackRead, UnknownCaller, named_by, not_found
 
 RECENT = 30.0  # seconds a checker pod without an IP counts as "the caches may be behind"
+ABSENT_GRACE = 10.0  # seconds after a claim its pod may still be missing from a current pod cache
+CLAIMED_AT = re.compile(r"-(\d{1,12})(?:-[a-z0-9]{5})?$")  # the unix seconds in a run's pod name
 POOL = 4  # reports waiting for the caches at once
 POOL_WAIT = 1.0  # seconds one of them waits
 RESCUE_EVERY = 1.0  # seconds between rescue reads, for the whole process
@@ -194,8 +197,17 @@ class Triage:
                 self._claimed.setdefault(run, set()).add(key)
                 # Under the lock, after the claim is noted: a pod listener running meanwhile either finds
                 # the claim or its pod is in the cache already, so nothing stays unseen by a race.
-                if run != old and claim.pod and not any(pod_ip_index(p) for p in self._pods.by_index("uuid", run)):
+                if (run != old and claim.pod and self._claimed_recently(claim.pod)
+                        and not any(pod_ip_index(p) for p in self._pods.by_index("uuid", run))):
                     self._unseen[run] = (self._clock(), f"{key.split('/', 1)[0]}/{claim.pod}")
+
+    def _claimed_recently(self, pod_name: str) -> bool:
+        """Whether a claim naming `pod_name` was made less than RECENT s ago, by the unix time the runner
+        put in the name (`<check>-<unix>` or `<check>-<unix>-<5 random>`). A claim left by a run that
+        ended long ago (its daemon stopped mid-run), seen when this replica's caches first fill, is no
+        sign that a report is on its way."""
+        match = CLAIMED_AT.search(pod_name)
+        return match is not None and int(match.group(1)) > self._wall() - self._recent - 1
 
     def _on_pod(self, etype: str, obj: Obj, _prev: Obj | None) -> None:
         key = key_of(obj)
@@ -239,12 +251,17 @@ class Triage:
 
     def _unseen_counts(self, run: str, by_address: bool) -> bool:
         """Whether a run claimed moments ago, whose pod the cache does not hold with an IP, may still
-        send the report being sorted: while its pod is not in the cache at all, any report may be its;
-        once it is (with the run's uuid label), only one by address, and only while the pod may still
-        start (not stuck on its image: ErrImagePull and the like never report)."""
+        send the report being sorted: while its pod is not in the cache at all, any report may be its,
+        for ABSENT_GRACE s after the claim (a run creates its pod right after claiming it: a claim whose
+        pod a current cache still lacks by then never got one, e.g. its daemon stopped); once it is (with
+        the run's uuid label), only one by address, and only while the pod may still start (not stuck
+        on its image: ErrImagePull and the like never report)."""
         pods = self._pods.by_index("uuid", run)
         if not pods:
-            return True
+            with self._lock:
+                entry = self._unseen.get(run)
+            match = CLAIMED_AT.search(entry[1]) if entry is not None else None
+            return match is not None and self._wall() < int(match.group(1)) + 1 + ABSENT_GRACE
         return by_address and any(not pod_ip_index(p) and start_failure(p) is None for p in pods)
 
     def _awaited(self, key: str) -> bool:
