@@ -293,6 +293,8 @@ def test_when_the_caller_cannot_be_looked_up_the_answer_is_503_with_retry_after(
         server: WebServer, maker: PodMaker, services: Services, monkeypatch: pytest.MonkeyPatch) -> None:
     run = new_uuid()
     before = maker.khstate("dark", run)
+    # the claim in the daemon's cache (it names the run): only the pod lookup is left to fail
+    wait_for(lambda: services.khstates.get(before["metadata"]["namespace"], "dark"), 30, what="the khstate cached")
 
     def away(*_a: object, **_k: object) -> list[object]:
         raise Unreachable("GET pods: connection refused")
