@@ -159,7 +159,7 @@ def test_with_enforce_a_valid_uuid_from_a_foreign_address_is_refused_and_from_th
     results = {name: f.result(60) for name, f in futures.items()}
     answers = {name: report_of(kubelet, namespace, r) for name, r in results.items()}
     assert {name: a[0] for name, a in answers.items()} == {"foreign": 400, "pod": 200, "node": 200, "by-address": 200,
-                                                           "host-network": 200}
+                                                           "host-network": 200}, answers
     assert "reportSourceCheck: enforce" in answers["foreign"][1] and outside_ip(1) in answers["foreign"][1]
     assert results["foreign"].outcome is Outcome.FAILED
     assert all(results[n].outcome is Outcome.REPORTED for n in ("pod", "node", "by-address", "host-network"))

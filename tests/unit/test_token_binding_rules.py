@@ -2,7 +2,11 @@
 services (testbed/fakes): what caller.py answers before anything is written."""
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
+
+import pytest
 
 from kuberhealthy.base.errors import Unreachable
 from kuberhealthy.kube import KHCHECKS, KHJOBS, KHSTATES, PODS, Obj
@@ -10,6 +14,7 @@ from kuberhealthy.records import khstate
 from kuberhealthy.records.checkpod import CHECK_NAME_ANNOTATION, CHECK_POD_SELECTOR, RUN_ID_LABEL
 from kuberhealthy.records.khstate import TOKEN_BOUND_GENERATION, TokenBinding
 from kuberhealthy.web.report.caller import Accepted, CallerRules, NotYet, Refused, Verdict
+from kuberhealthy.web.report.finder import READ_RESERVE
 from kuberhealthy.web.report.stats import SOURCE, TOKEN_REQUIRED, ReportStats
 from kuberhealthy.web.report.tokens import TokenVerifier
 from testbed.fakes.world import NS, FakeServices, fake_config, khcheck, khjob, khstate_of
@@ -33,7 +38,7 @@ class Reviews:
                                               "authentication.kubernetes.io/pod-uid": ["uid-" + POD]}}}}
 
 
-def world(bound: int | None = None, generation: int = 2, ip: str = POD_IP, job: bool = False,
+def world(bound: int | None = None, generation: int = 2, ip: str | None = POD_IP, job: bool = False,
           **config: Any) -> FakeServices:
     """One run of CHECK in flight (claimed by an older daemon: no pod name), its pod Running at `ip`."""
     services = FakeServices(config=fake_config(**config))
@@ -44,19 +49,27 @@ def world(bound: int | None = None, generation: int = 2, ip: str = POD_IP, job: 
     if bound is not None:
         spec[TOKEN_BOUND_GENERATION] = bound
     services.api.put(KHSTATES, khstate_of(CHECK, **spec))
-    services.api.put(PODS, {
-        "metadata": {"name": POD, "namespace": NS, "uid": "uid-" + POD,
-                     "labels": {APP_KEY: APP_VALUE, RUN_ID_LABEL: RUN},
-                     "annotations": {CHECK_NAME_ANNOTATION: CHECK}},
-        "spec": {"nodeName": "node-a", "containers": [{"name": "c", "env": [{"name": "KH_RUN_UUID", "value": RUN}]}]},
-        "status": {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}], "hostIP": NODE_IP}})
+    services.api.put(PODS, checker_pod(ip))
     return services
 
 
+def checker_pod(ip: str | None, name: str = POD, run: str = RUN) -> Obj:
+    """The run's pod; without `ip` as a kubelet's first status has it (no addresses yet)."""
+    status: Obj = {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}], "hostIP": NODE_IP} if ip else \
+        {"phase": "Pending"}
+    return {"metadata": {"name": name, "namespace": NS, "uid": "uid-" + name,
+                         "labels": {APP_KEY: APP_VALUE, RUN_ID_LABEL: run},
+                         "annotations": {CHECK_NAME_ANNOTATION: CHECK}},
+            "spec": {"nodeName": "node-a",
+                     "containers": [{"name": "c", "env": [{"name": "KH_RUN_UUID", "value": run}]}]},
+            "status": status}
+
+
 def judge(services: FakeServices, run_uuid: str = "", token: str | None = None, remote: str = POD_IP,
-          reviews: Reviews | None = None) -> Verdict:
-    rules = CallerRules(services, TokenVerifier(reviews or Reviews()), 0.0, ReportStats())  # type: ignore[arg-type]
-    return rules.judge(run_uuid, token, remote, services.clock() + 5.0)
+          reviews: Reviews | None = None, stats: ReportStats | None = None, end: float | None = None) -> Verdict:
+    rules = CallerRules(services, TokenVerifier(reviews or Reviews()), 0.0,  # type: ignore[arg-type]
+                        stats or ReportStats())
+    return rules.judge(run_uuid, token, remote, services.clock() + 5.0 if end is None else end)
 
 
 def test_a_bound_checks_reports_by_uuid_or_address_get_401_saying_how_the_binding_ends() -> None:
@@ -104,3 +117,49 @@ def test_with_enforce_an_address_only_report_from_a_pod_on_its_nodes_address_is_
     assert isinstance(judge(services, run_uuid=RUN, remote=NODE_IP), Accepted)  # the header: accepted
     assert isinstance(judge(world(ip=NODE_IP), remote=NODE_IP), Accepted)  # warn: as before
     assert isinstance(judge(world(report_source_check="enforce")), Accepted)  # its own pod IP: as before
+
+
+# --- a report that arrives before the pod cache has its pod's addresses ---------------------------------
+# A kubelet writes the pod IP in a status update of its own; a fast checker can report before this
+# replica's pod cache has it (found by CI: a hostNetwork checker's genuine report was refused by enforce).
+# The rules wait for the pod's next change, then read the pod once; never a refusal for want of an address.
+
+def soon() -> float:
+    """A request deadline a little past the wait the rules keep before their read (READ_RESERVE)."""
+    return time.monotonic() + READ_RESERVE + 0.3
+
+
+def refused_count(stats: ReportStats) -> float:
+    return stats.source_mismatch.labels("refused")._value.get()
+
+
+@pytest.mark.parametrize("ip", [POD_IP, NODE_IP], ids=["pod-ip", "host-network"])
+def test_with_enforce_a_report_from_the_pod_before_the_cache_has_its_address_is_accepted_once_it_arrives(
+        ip: str) -> None:
+    services, stats = world(ip=None, report_source_check="enforce"), ReportStats()
+    if ip == NODE_IP:  # another hostNetwork checker on the node: its pod IP is the node's too
+        services.api.put(PODS, checker_pod(NODE_IP, name="other-200", run="run-2"))
+    timer = threading.Timer(0.1, services.api.put, [PODS, checker_pod(ip)])
+    timer.start()
+    try:
+        verdict = judge(services, run_uuid=RUN, remote=ip, stats=stats, end=time.monotonic() + 5.0)
+    finally:
+        timer.join()
+    assert isinstance(verdict, Accepted), verdict
+    assert verdict.caller.pod_ips == (ip,) and refused_count(stats) == 0
+
+
+def test_with_enforce_an_address_the_cache_has_not_delivered_yet_is_read_from_the_api_server() -> None:
+    services = world(ip=None, report_source_check="enforce")
+    services.pods.pause()  # the pod watch falls behind the kubelet's status write
+    services.api.put(PODS, checker_pod(POD_IP))
+    assert isinstance(judge(services, run_uuid=RUN, end=soon()), Accepted)
+    services.pods.resume()
+
+
+def test_a_pod_still_without_an_address_gets_not_yet_never_a_refusal_and_a_foreigner_no_pass() -> None:
+    services, stats = world(ip=None, report_source_check="enforce"), ReportStats()
+    assert isinstance(judge(services, run_uuid=RUN, stats=stats, end=soon()), NotYet)
+    services.api.put(PODS, checker_pod(POD_IP))
+    foreign = judge(services, run_uuid=RUN, remote="10.9.9.9", stats=stats, end=soon())
+    assert isinstance(foreign, Refused) and foreign.reason == SOURCE and refused_count(stats) == 1

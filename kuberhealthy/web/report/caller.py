@@ -21,6 +21,7 @@ reportSourceCheck enforce it must send the header or the token.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass
@@ -28,10 +29,12 @@ from typing import TypeAlias
 
 from kuberhealthy.base.errors import ApiError
 from kuberhealthy.kube import Cache, Obj
+from kuberhealthy.records.checkpod import pod_ip_index
 from kuberhealthy.records.khstate import WORKLOAD_JOB, TokenBinding, bound_reason, token_bound_generation
 from kuberhealthy.seams import WebNeeds
 from kuberhealthy.web.report import stats
 from kuberhealthy.web.report.finder import (
+    READ_RESERVE,
     Caller,
     CallerFinder,
     CallerNotYetKnown,
@@ -164,6 +167,8 @@ class CallerRules:
             return Refused(400, stats.NOT_RUN_POD, str(e), check=e.check)
         except UnknownCaller as e:
             return Refused(400, stats.UNKNOWN_CALLER, str(e))
+        if run_uuid:
+            caller = self._with_address(caller, remote, end)
         refused = self._check_source(caller, remote) if run_uuid else self._check_node_address(caller)
         if refused is not None:
             return refused
@@ -225,6 +230,40 @@ class CallerRules:
                        f"node's address {caller.host_ip} (hostNetwork or SNAT), which any process on the node can "
                        "use: send the kh-run-uuid header or the pod's token (reportSourceCheck: enforce)",
                        check=(caller.namespace, caller.check))
+
+    def _with_address(self, caller: Caller, remote: str, end: float) -> Caller:
+        """The caller with its pod's addresses, for the header path's source check. A kubelet writes the
+        pod IP in a status update of its own, and a fast checker can report before this replica's pod
+        cache has it (then every source looks foreign). So when the cache shows no pod IP yet and the
+        source is not already the pod's or its node's: wait for the pod's next change (to READ_RESERVE
+        before `end`), then one read of the pod. Still without an IP: CallerNotYetKnown (503), never a
+        refusal (a genuine report must not be lost because its pod is newer than the cache)."""
+        if caller.pod_ips or source_verdict(caller, remote, self._services.pods) == SOURCE_OK:
+            return caller
+        pods = self._services.pods
+
+        def addressed() -> Obj | None:
+            pod = pods.get(caller.namespace, caller.pod_name)
+            if pod is None or (pod.get("metadata") or {}).get("uid") != caller.pod_uid:
+                return None
+            return pod if pod_ip_index(pod) else None
+        with self._services.notifier.waiter(pods.topic("key", f"{caller.namespace}/{caller.pod_name}")) as waiter:
+            pod = waiter.wait_for(addressed, end - READ_RESERVE)
+        if pod is None:
+            left = end - time.monotonic()
+            if left < 0.1:
+                raise CallerNotYetKnown(f"the address of pod {caller.namespace}/{caller.pod_name} is not known yet; "
+                                        "try again shortly")
+            try:
+                pod = self._services.read_checker_pod(caller.namespace, caller.pod_name, left)
+            except ApiError as e:
+                raise CallerNotYetKnown(f"cannot look up the calling pod right now: {e}") from e
+            if pod is None or (pod.get("metadata") or {}).get("uid") != caller.pod_uid or not pod_ip_index(pod):
+                raise CallerNotYetKnown(f"the address of pod {caller.namespace}/{caller.pod_name} is not known yet; "
+                                        "try again shortly")
+        status = pod.get("status") or {}
+        return dataclasses.replace(caller, pod_ips=tuple(pod_ip_index(pod)),
+                                   host_ip=str(status.get("hostIP") or caller.host_ip))
 
     def _check_source(self, caller: Caller, remote: str) -> Refused | None:
         """Header path: the request should come from the pod's IP or its node's (hostNetwork, SNAT)."""
