@@ -163,3 +163,13 @@ def test_a_pod_still_without_an_address_gets_not_yet_never_a_refusal_and_a_forei
     services.api.put(PODS, checker_pod(POD_IP))
     foreign = judge(services, run_uuid=RUN, remote="10.9.9.9", stats=stats, end=soon())
     assert isinstance(foreign, Refused) and foreign.reason == SOURCE and refused_count(stats) == 1
+
+
+def test_with_warn_a_pod_still_without_an_address_is_accepted_as_before_without_a_read() -> None:
+    services, stats = world(ip=None), ReportStats()
+    services.pods.pause()
+    services.api.put(PODS, checker_pod(POD_IP))  # only a read would see it
+    verdict = judge(services, run_uuid=RUN, stats=stats, end=soon())
+    assert isinstance(verdict, Accepted) and verdict.caller.pod_ips == ()
+    assert stats.source_mismatch.labels("accepted")._value.get() == 1
+    services.pods.resume()

@@ -167,7 +167,7 @@ class CallerRules:
             return Refused(400, stats.NOT_RUN_POD, str(e), check=e.check)
         except UnknownCaller as e:
             return Refused(400, stats.UNKNOWN_CALLER, str(e))
-        if run_uuid:
+        if run_uuid and self._services.config.report_source_check != "off":
             caller = self._with_address(caller, remote, end)
         refused = self._check_source(caller, remote) if run_uuid else self._check_node_address(caller)
         if refused is not None:
@@ -236,11 +236,13 @@ class CallerRules:
         pod IP in a status update of its own, and a fast checker can report before this replica's pod
         cache has it (then every source looks foreign). So when the cache shows no pod IP yet and the
         source is not already the pod's or its node's: wait for the pod's next change (to READ_RESERVE
-        before `end`), then one read of the pod. Still without an IP: CallerNotYetKnown (503), never a
-        refusal (a genuine report must not be lost because its pod is newer than the cache)."""
+        before `end`). With enforce, then one read of the pod, and still without an IP CallerNotYetKnown
+        (503), never a refusal (a genuine report must not be lost because its pod is newer than the
+        cache). With warn, where a foreign source is accepted anyway, no read: the caller as it is."""
         if caller.pod_ips or source_verdict(caller, remote, self._services.pods) == SOURCE_OK:
             return caller
         pods = self._services.pods
+        enforce = self._services.config.report_source_check == "enforce"
 
         def addressed() -> Obj | None:
             pod = pods.get(caller.namespace, caller.pod_name)
@@ -249,6 +251,8 @@ class CallerRules:
             return pod if pod_ip_index(pod) else None
         with self._services.notifier.waiter(pods.topic("key", f"{caller.namespace}/{caller.pod_name}")) as waiter:
             pod = waiter.wait_for(addressed, end - READ_RESERVE)
+        if pod is None and not enforce:
+            return caller
         if pod is None:
             left = end - time.monotonic()
             if left < 0.1:
