@@ -17,7 +17,7 @@ _LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"\s*,?')
 
 def parse_metrics(text: str) -> list[tuple[str, dict[str, str], float]]:
     samples = []
-    for line in text.splitlines():
+    for line in text.split("\n"):  # only \n ends a line: label values may hold U+2028 and the like
         if not line.strip() or line.startswith("#"):
             continue
         m = _SAMPLE.match(line)

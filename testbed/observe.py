@@ -349,7 +349,7 @@ class StatusPageFailures:
 def scrape_skipped(metrics_text: str) -> dict[str, float]:
     """kuberhealthy_runs_skipped_total by reason, from Prometheus text ({} when absent)."""
     out: dict[str, float] = {}
-    for line in metrics_text.splitlines():
+    for line in metrics_text.split("\n"):
         if not line.startswith("kuberhealthy_runs_skipped_total"):
             continue
         head, _, value = line.rpartition(" ")
