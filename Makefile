@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: help venv testbed demo test test-unit e2e test-slow lint bench scale faults image image-test image-tools screenshots attack demo-node node-start node-stop node-status clean
+.PHONY: help venv testbed demo test test-unit e2e test-slow lint bench scale faults image image-test image-tools screenshots attack demo-node node-start node-stop node-status clean checkclient-sync release-test
 
 help:
 	@echo "make demo    - local API server + sample checks + simulated kubelet + the daemon"
@@ -14,6 +14,7 @@ help:
 	@echo "make e2e     - the chart on a real single-node Kubernetes (root): images, helm install, real pods"
 	@echo "make test-slow - the long tests kept out of make test (the soak)"
 	@echo "make lint    - ruff, mypy (strict) and import-linter (the layers), at pinned versions"
+	@echo "make checkclient-sync - copy the checker client's source (clients/python) to kuberhealthy/checkclient.py"
 	@echo "make bench   - performance figures (run overhead, API calls per run, HTTP throughput, dashboard)"
 	@echo "make screenshots - the dashboard (light, dark, phone) from the demo, into docs/"
 	@echo "make image   - build the daemon image (docker, podman or buildah; BASE_IMAGE=debian: no registry)"
@@ -67,8 +68,9 @@ test-slow: venv testbed
 	$(BIN)/python -m pytest -q tests -m slow
 
 lint: venv
-	$(BIN)/ruff check kuberhealthy tests bench examples testbed
+	$(BIN)/ruff check kuberhealthy tests bench examples testbed clients
 	$(BIN)/mypy
+	$(BIN)/mypy clients/python/src/kuberhealthy_checkclient
 	$(BIN)/lint-imports --no-cache
 
 bench: venv testbed
@@ -114,3 +116,8 @@ node-status:
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info
+
+# The checker client's source is clients/python/src/kuberhealthy_checkclient/__init__.py; kuberhealthy/checkclient.py
+# is its byte-identical copy (tests/unit/test_checkclient_copy.py fails when they differ).
+checkclient-sync:
+	cp clients/python/src/kuberhealthy_checkclient/__init__.py kuberhealthy/checkclient.py

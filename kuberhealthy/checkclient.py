@@ -1,8 +1,9 @@
 """Report a checker pod's result to Kuberhealthy.
 
 Kuberhealthy starts a checker pod for every run of a KuberhealthyCheck and injects ``KH_REPORTING_URL``,
-``KH_RUN_UUID`` and ``KH_CHECK_RUN_DEADLINE`` (unix seconds). The pod tests something, then POSTs exactly
-one report, ``{"OK": bool, "Errors": [str]}``, to the reporting URL. This module makes that POST robust:
+``KH_RUN_UUID``, ``KH_CHECK_RUN_DEADLINE`` (unix seconds) and ``KH_POD_NAMESPACE``. The pod tests something,
+then POSTs exactly one report, ``{"OK": bool, "Errors": [str]}``, to the reporting URL. This module makes that
+POST robust:
 
 * it always sends the ``kh-run-uuid`` header, so Kuberhealthy can find the pod by its run UUID even when
   the source IP is not the pod's own (hostNetwork, service meshes such as Istio, SNAT); upstream's
@@ -17,13 +18,18 @@ one report, ``{"OK": bool, "Errors": [str]}``, to the reporting URL. This module
   deadline, and never retries a 200 or another 4xx (a 4xx raises :class:`ReportRejectedError` with the
   server's one-line reason).
 
-Standard library only, and no imports from the rest of the package: copy this one file into a small
-image (``COPY kuberhealthy/checkclient.py /app/``) and ``import checkclient``. It does not run checks,
-parse check-specific settings or talk to the Kubernetes API.
+It also tells a check its namespace (:func:`get_pod_namespace`) and the seconds it has left before the
+run's deadline (:func:`time_left`). It does not run checks, parse check-specific settings or talk to the
+Kubernetes API.
+
+Standard library only (Python 3.10 or later), typed, and one file that imports nothing else: it is the
+distribution ``kuberhealthy-checkclient`` (``pip install kuberhealthy-checkclient``, then
+``import kuberhealthy_checkclient``), the module ``kuberhealthy.checkclient`` of the ``kuberhealthy``
+distribution (a byte-identical copy), and it works copied alone into an image (``import checkclient``).
 
 Library use::
 
-    import checkclient
+    import kuberhealthy_checkclient as checkclient
     errors = my_check()                 # [] when healthy
     if errors:
         checkclient.report_failure(errors)
@@ -34,10 +40,11 @@ or ``sys.exit(checkclient.run_check(my_check))``, which also turns an exception 
 
 Command line, for shell checks::
 
-    python -m kuberhealthy.checkclient ok
-    python -m kuberhealthy.checkclient fail "disk /data is 97% full" "second reason"
-    python -m kuberhealthy.checkclient wait --timeout 30
-    python checkclient.py ok            # the same, when the file was copied alone
+    python -m kuberhealthy_checkclient ok
+    python -m kuberhealthy_checkclient fail "disk /data is 97% full" "second reason"
+    python -m kuberhealthy_checkclient wait --timeout 30
+    python -m kuberhealthy.checkclient ok   # the same, from the kuberhealthy distribution
+    python checkclient.py ok                # the same, when the file was copied alone
 
 Exit status 0 means the report was accepted (or Kuberhealthy is reachable, for ``wait``); 1 means it
 was rejected, could not be delivered before the deadline, or the environment is missing; 2 means bad
@@ -65,16 +72,23 @@ from typing import IO, Any
 __all__ = [
     "CheckClientError", "InvalidEnvironmentError", "KuberhealthyUnreachableError",
     "MissingEnvironmentError", "ReportNotDeliveredError", "ReportRejectedError", "Reporter",
-    "enable_debug_logging", "encode_report", "get_deadline", "get_reporting_url", "get_run_uuid",
-    "main", "report_failure", "report_success", "run_check", "wait_for_kuberhealthy",
+    "enable_debug_logging", "encode_report", "get_deadline", "get_pod_namespace", "get_reporting_url",
+    "get_run_uuid", "main", "report_failure", "report_success", "run_check", "time_left",
+    "wait_for_kuberhealthy",
 ]
+
+# The kuberhealthy distribution's version (a test holds them equal); this file imports nothing of it.
+__version__ = "0.1.0"
 
 ENV_REPORTING_URL = "KH_REPORTING_URL"
 ENV_RUN_UUID = "KH_RUN_UUID"
 ENV_DEADLINE = "KH_CHECK_RUN_DEADLINE"
+ENV_POD_NAMESPACE = "KH_POD_NAMESPACE"  # the downward API's metadata.namespace
 ENV_DEBUG = "KH_CLIENT_DEBUG"
 ENV_TOKEN_FILE = "KH_REPORT_TOKEN_FILE"  # a projected ServiceAccount token (audience kuberhealthy)
 RUN_UUID_HEADER = "kh-run-uuid"
+# Where the kubelet mounts the pod's ServiceAccount namespace (unless automountServiceAccountToken is false).
+SERVICE_ACCOUNT_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 DEFAULT_BACKOFF_BASE = 0.5  # seconds: the first retry waits about this long
 DEFAULT_BACKOFF_MAX = 10.0  # seconds: no single wait between retries is longer
@@ -96,10 +110,11 @@ class CheckClientError(Exception):
 class MissingEnvironmentError(CheckClientError):
     """A variable Kuberhealthy injects into checker pods is unset or blank."""
 
-    def __init__(self, variable: str) -> None:
+    def __init__(self, variable: str, also: str = "") -> None:
         self.variable = variable
-        super().__init__(f"environment variable {variable} is not set (or blank); Kuberhealthy sets it in "
-                         "checker pods, so this is probably not running inside one")
+        detail = f" ({also})" if also else ""
+        super().__init__(f"environment variable {variable} is not set (or blank){detail}; Kuberhealthy sets it "
+                         "in checker pods, so this is probably not running inside one")
 
 
 class InvalidEnvironmentError(CheckClientError):
@@ -177,6 +192,42 @@ def get_deadline(environ: Mapping[str, str] | None = None) -> float:
     if not math.isfinite(deadline):
         raise InvalidEnvironmentError(ENV_DEADLINE, raw, "expected a finite number of unix seconds")
     return deadline
+
+
+def get_pod_namespace(environ: Mapping[str, str] | None = None, *,
+                      namespace_file: str = SERVICE_ACCOUNT_NAMESPACE_FILE) -> str:
+    """The checker pod's namespace: ``KH_POD_NAMESPACE`` (Kuberhealthy sets it from the downward API), else
+    the namespace file of the pod's mounted ServiceAccount.
+
+    Raises MissingEnvironmentError when neither gives a name.
+    """
+    namespace = _environ(environ).get(ENV_POD_NAMESPACE, "").strip()
+    if namespace:
+        return namespace
+    try:
+        with open(namespace_file, encoding="utf-8") as f:
+            namespace = f.read().strip()
+    except (OSError, UnicodeDecodeError) as e:
+        raise MissingEnvironmentError(ENV_POD_NAMESPACE, f"and {namespace_file} cannot be read: {e}") from None
+    if not namespace:
+        raise MissingEnvironmentError(ENV_POD_NAMESPACE, f"and {namespace_file} is empty")
+    return namespace
+
+
+def time_left(environ: Mapping[str, str] | None = None, *, reserve: float = 0.0,
+              clock: Callable[[], float] = time.time) -> float | None:
+    """Seconds until the run's deadline (``KH_CHECK_RUN_DEADLINE``), less ``reserve`` seconds kept back (e.g.
+    to report); never negative. None when the variable is unset or not a number of unix seconds.
+
+    A check bounds its own waits with it: ``timeout = min(10.0, left)`` where ``left`` is not None.
+    """
+    if reserve < 0 or not math.isfinite(reserve):
+        raise ValueError(f"reserve must be a finite number of seconds >= 0, not {reserve!r}")
+    try:
+        deadline = get_deadline(environ)
+    except CheckClientError:
+        return None
+    return max(0.0, deadline - clock() - reserve)
 
 
 def _debug_requested(environ: Mapping[str, str]) -> bool:

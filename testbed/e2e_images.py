@@ -3,7 +3,8 @@
 No container registry is reachable on this machine kind, so every image is built with podman in the
 private configuration of `hack/image.sh` (`env`) on a base made from Debian packages: the daemon from
 the repository's Dockerfile (`hack/image.sh build`, BASE_IMAGE=debian), the examples in
-examples/checks (their Dockerfiles take `BASE_IMAGE` like the daemon's), a shell checker that reports
+examples/checks (their Dockerfiles take `BASE_IMAGE` like the daemon's; each builds from its own
+directory, with the checker client's wheel, built here from clients/python, in wheels/), a shell checker that reports
 with the checkclient command line (tests/e2e/images/shell-check) and a v2-style checker that POSTs
 with curl and no `kh-run-uuid` header (tests/e2e/images/curl-check, on a second Debian-made base with
 curl). Each is saved with `podman save` for `RealNode.import_image`.
@@ -32,6 +33,7 @@ from testbed.paths import REPO
 IMAGE_SH = REPO / "hack" / "image.sh"
 E2E_IMAGES = REPO / "tests" / "e2e" / "images"
 EXAMPLES = REPO / "examples" / "checks"
+CLIENT = REPO / "clients" / "python"  # the checker client's distribution, whose wheel the examples install
 TAG = "e2e"
 DAEMON = "localhost/kuberhealthy-python"
 DAEMON_NEXT_TAG = "e2e-next"  # the same build under a second tag: `helm upgrade` to a new tag rolls the pods
@@ -138,13 +140,22 @@ class Builder:
         return tar
 
 
-def _context_for_example(name: str, into: Path) -> Path:
-    """The files an example's Dockerfile copies, laid out as in the repository."""
+def _client_wheels(b: Builder, into: Path) -> Path:
+    """A directory holding the checker client's wheel, built from a copy of clients/python (setuptools
+    writes build/ and *.egg-info beside the sources) as a release builds it."""
+    src = into / "client-src"
+    shutil.copytree(CLIENT, src, ignore=shutil.ignore_patterns("__pycache__", "build", "dist", "*.egg-info"))
+    wheels = into / "client-wheels"
+    b._run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "--disable-pip-version-check",
+            "-w", str(wheels), str(src)], env=dict(os.environ))
+    return wheels
+
+
+def _context_for_example(name: str, into: Path, wheels: Path) -> Path:
+    """An example's directory, its Dockerfile's build context, with the client's wheel in wheels/."""
     ctx = into / name
-    (ctx / "kuberhealthy").mkdir(parents=True)
-    shutil.copy(REPO / "kuberhealthy" / "checkclient.py", ctx / "kuberhealthy" / "checkclient.py")
-    shutil.copytree(EXAMPLES / name, ctx / "examples" / "checks" / name,
-                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copytree(EXAMPLES / name, ctx, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "wheels"))
+    shutil.copytree(wheels, ctx / "wheels")
     return ctx
 
 
@@ -182,9 +193,10 @@ def build_all(out_dir: Path, log: Path) -> Built:
 
     t = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="kh-e2e-ctx-") as tmp:
+        wheels = _client_wheels(b, Path(tmp))
         for name in example_names():
-            ctx = _context_for_example(name, Path(tmp))
-            b.build(f"{PREFIX}/{name}:{TAG}", ctx, ctx / "examples" / "checks" / name / "Dockerfile", python_base)
+            ctx = _context_for_example(name, Path(tmp), wheels)
+            b.build(f"{PREFIX}/{name}:{TAG}", ctx, ctx / "Dockerfile", python_base)
         shell = _context_for_test_image("shell-check", Path(tmp))
         b.build(f"{PREFIX}/shell-check:{TAG}", shell, shell / "Dockerfile", python_base)
         curl = _context_for_test_image("curl-check", Path(tmp))

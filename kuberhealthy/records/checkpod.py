@@ -13,6 +13,7 @@ import sys
 from typing import Any
 
 from kuberhealthy.checkclient import ENV_DEADLINE as KH_CHECK_RUN_DEADLINE
+from kuberhealthy.checkclient import ENV_POD_NAMESPACE as KH_POD_NAMESPACE
 from kuberhealthy.checkclient import ENV_REPORTING_URL as KH_REPORTING_URL
 from kuberhealthy.checkclient import ENV_RUN_UUID as KH_RUN_UUID
 from kuberhealthy.checkclient import ENV_TOKEN_FILE as KH_REPORT_TOKEN_FILE
@@ -26,7 +27,7 @@ CHECK_POD_SELECTOR = f"{APP_LABEL}={APP_LABEL_VALUE}"  # every checker pod, whic
 CHECK_NAME_ANNOTATION = "comcast.github.io/check-name"
 # A secret of the run, on its pod only; the run's khstate claim holds its SHA-256 (khstate.RUN_KEY_SHA256).
 RUN_KEY_ANNOTATION = "kuberhealthy.comcast.github.io/run-key"
-KH_POD_NAMESPACE = "KH_POD_NAMESPACE"  # the env names checkers read are checkclient's (it is standalone)
+# The env names checkers read are checkclient's (it is standalone).
 INJECTED_ENV = (KH_REPORTING_URL, KH_RUN_UUID, KH_CHECK_RUN_DEADLINE, KH_POD_NAMESPACE, KH_REPORT_TOKEN_FILE)
 # The report token (docs/interface.md#report-token): a projected ServiceAccount token only Kuberhealthy accepts
 # (audience), valid 10 minutes (the API server's minimum) and rotated by the kubelet, mounted read-only in

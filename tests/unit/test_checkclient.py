@@ -1,9 +1,14 @@
 """The checker client against a fake Kuberhealthy: a threaded HTTP server on 127.0.0.1.
 
 Retries never really sleep here: the client's ``sleep`` (and, for deadlines, its ``clock``) are injected.
+
+The module under test is ``kuberhealthy.checkclient``, or the one named by ``CHECKCLIENT_UNDER_TEST``:
+tests/integration/test_checkclient_wheel.py runs these tests in a fresh venv against the installed
+``kuberhealthy_checkclient`` wheel (the same file, as its own distribution).
 """
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import os
@@ -16,20 +21,23 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from kuberhealthy import checkclient
-from kuberhealthy.checkclient import (
-    InvalidEnvironmentError,
-    KuberhealthyUnreachableError,
-    MissingEnvironmentError,
-    ReportNotDeliveredError,
-    ReportRejectedError,
-)
 from testbed.loopback import free_port
 from testbed.paths import REPO
+
+MODULE = os.environ.get("CHECKCLIENT_UNDER_TEST", "kuberhealthy.checkclient")
+if TYPE_CHECKING:
+    from kuberhealthy import checkclient
+else:
+    checkclient = importlib.import_module(MODULE)
+InvalidEnvironmentError = checkclient.InvalidEnvironmentError
+KuberhealthyUnreachableError = checkclient.KuberhealthyUnreachableError
+MissingEnvironmentError = checkclient.MissingEnvironmentError
+ReportNotDeliveredError = checkclient.ReportNotDeliveredError
+ReportRejectedError = checkclient.ReportRejectedError
 
 RUN_UUID = "6e1a7c4e-2b1f-4c55-9a0e-1f2d3c4b5a69"
 FAST = {"backoff_base": 0.001, "backoff_max": 0.01}
@@ -364,6 +372,57 @@ def test_get_deadline_returns_unix_seconds_and_names_the_variable_when_missing_o
             checkclient.get_deadline({"KH_CHECK_RUN_DEADLINE": bad})
 
 
+# --- the pod's namespace and the time left ---------------------------------------------------------
+
+def test_the_pod_namespace_is_KH_POD_NAMESPACE_before_the_service_account_file(tmp_path: Path) -> None:
+    sa_file = tmp_path / "namespace"
+    sa_file.write_text("from-the-file")
+
+    assert checkclient.get_pod_namespace({"KH_POD_NAMESPACE": " team-a \n"}, namespace_file=str(sa_file)) == "team-a"
+
+
+def test_without_KH_POD_NAMESPACE_the_namespace_is_read_from_the_service_account_file(tmp_path: Path) -> None:
+    sa_file = tmp_path / "namespace"
+    sa_file.write_text("team-b\n")
+
+    assert checkclient.get_pod_namespace({"KH_POD_NAMESPACE": " "}, namespace_file=str(sa_file)) == "team-b"
+    assert checkclient.SERVICE_ACCOUNT_NAMESPACE_FILE == "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+
+def test_without_either_the_namespace_getter_raises_naming_the_variable_and_the_file(tmp_path: Path) -> None:
+    missing, empty = tmp_path / "missing", tmp_path / "empty"
+    empty.write_text("\n")
+
+    for sa_file, why in ((missing, "cannot be read"), (empty, "is empty")):
+        with pytest.raises(MissingEnvironmentError, match="KH_POD_NAMESPACE") as caught:
+            checkclient.get_pod_namespace({}, namespace_file=str(sa_file))
+        assert caught.value.variable == "KH_POD_NAMESPACE"
+        assert f"{sa_file} {why}" in str(caught.value)
+
+
+def test_time_left_counts_down_to_the_deadline_less_the_reserve_and_never_goes_negative() -> None:
+    env = {"KH_CHECK_RUN_DEADLINE": "1700000100"}
+
+    assert checkclient.time_left(env, clock=lambda: 1_700_000_070.5) == 29.5
+    assert checkclient.time_left(env, reserve=5, clock=lambda: 1_700_000_070.5) == 24.5
+    assert checkclient.time_left(env, reserve=5, clock=lambda: 1_700_000_097.0) == 0.0
+    assert checkclient.time_left(env, clock=lambda: 1_700_000_200.0) == 0.0
+    assert checkclient.time_left({"KH_CHECK_RUN_DEADLINE": "1"}) == 0.0  # the real clock is past 1970
+
+
+@pytest.mark.parametrize("value", [None, "", " ", "soon", "nan", "inf", "-inf"])
+def test_time_left_is_none_when_the_deadline_is_unset_or_not_unix_seconds(value: str | None) -> None:
+    env = {} if value is None else {"KH_CHECK_RUN_DEADLINE": value}
+
+    assert checkclient.time_left(env, clock=lambda: 0.0) is None
+
+
+@pytest.mark.parametrize("reserve", [-1.0, float("nan"), float("inf")])
+def test_time_left_refuses_a_reserve_that_is_not_a_finite_non_negative_number(reserve: float) -> None:
+    with pytest.raises(ValueError, match="reserve"):
+        checkclient.time_left({"KH_CHECK_RUN_DEADLINE": "1700000100"}, reserve=reserve)
+
+
 @pytest.mark.parametrize("url", ["kuberhealthy/externalCheckStatus", "ftp://kh/x", "http:///nohost"])
 def test_a_reporting_url_that_is_not_http_raises_an_error_naming_the_variable(url: str) -> None:
     with pytest.raises(InvalidEnvironmentError, match="KH_REPORTING_URL"):
@@ -454,7 +513,7 @@ def test_run_check_returns_non_zero_when_the_report_is_rejected(
 def run_cli(*args: str, env: dict[str, str], script: Path | None = None,
             cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
     base = {k: v for k, v in os.environ.items() if not k.startswith("KH_")}
-    command = [sys.executable, "-I", str(script)] if script else [sys.executable, "-m", "kuberhealthy.checkclient"]
+    command = [sys.executable, "-I", str(script)] if script else [sys.executable, "-m", MODULE]
     return subprocess.run([*command, *args], env={**base, **env}, cwd=cwd, capture_output=True, text=True,
                           timeout=30, check=False)
 
@@ -503,6 +562,14 @@ def test_the_cli_prints_the_server_reason_for_a_rejected_report(
     assert "pod with run uuid not found" in done.stderr
 
 
+def test_the_cli_help_names_the_module_it_runs_as(kh: FakeKuberhealthy, env: dict[str, str]) -> None:
+    done = run_cli("--help", env=env)
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"usage: python -m {MODULE} ")
+    assert kh.received == []
+
+
 def test_the_cli_debug_flag_logs_what_is_sent(kh: FakeKuberhealthy, env: dict[str, str]) -> None:
     done = run_cli("--debug", "fail", "why", env=env)
 
@@ -513,7 +580,7 @@ def test_the_cli_debug_flag_logs_what_is_sent(kh: FakeKuberhealthy, env: dict[st
 def test_the_module_works_when_copied_alone_into_an_empty_directory(
         kh: FakeKuberhealthy, env: dict[str, str], tmp_path: Path) -> None:
     copied = tmp_path / "checkclient.py"
-    shutil.copy(REPO / "kuberhealthy" / "checkclient.py", copied)
+    shutil.copy(checkclient.__file__, copied)
 
     waited = run_cli("wait", "--timeout", "5", env=env, script=copied, cwd=tmp_path)
     reported = run_cli("fail", "alone", env=env, script=copied, cwd=tmp_path)

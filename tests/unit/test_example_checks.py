@@ -428,8 +428,11 @@ def test_every_example_ships_a_khcheck_a_dockerfile_and_a_readme_documenting_its
     for variable in [env["name"] for env in container["env"]] + read_by_check:
         assert f"`{variable}`" in readme, f"{name}/README.md does not document {variable}"
     assert "ARG BASE_IMAGE=python:3.11-slim\nFROM ${BASE_IMAGE}\n" in dockerfile  # as the daemon's: no registry here
-    assert "COPY kuberhealthy/checkclient.py /app/checkclient.py" in dockerfile
-    assert f"COPY examples/checks/{name}/check.py /app/check.py" in dockerfile
+    # the context is the example's directory; the client comes from its wheel, built into wheels/
+    assert "COPY wheels/ /tmp/wheels/" in dockerfile
+    assert "--no-index --find-links /tmp/wheels kuberhealthy-checkclient" in dockerfile
+    assert "COPY check.py /app/check.py" in dockerfile
+    assert "kuberhealthy/checkclient.py" not in dockerfile
     assert all(doc["kind"] in ("ServiceAccount", "Role", "RoleBinding") for doc in rest)
 
 
@@ -439,12 +442,15 @@ def test_every_example_ships_a_khcheck_a_dockerfile_and_a_readme_documenting_its
 ])
 def test_a_stdlib_example_runs_from_a_directory_laid_out_like_its_image(
         name: str, env: dict[str, str], target: LoopbackServer, kh: FakeKuberhealthy, tmp_path: Path) -> None:
-    shutil.copy(REPO / "kuberhealthy" / "checkclient.py", tmp_path / "checkclient.py")
+    site = tmp_path / "site-packages"  # what the image's virtualenv holds: the client's package
+    shutil.copytree(REPO / "clients" / "python" / "src" / "kuberhealthy_checkclient", site / "kuberhealthy_checkclient")
     shutil.copy(EXAMPLES / name / "check.py", tmp_path / "check.py")
     child_env = {key: value for key, value in os.environ.items() if key.startswith("KH_") or key == "PATH"}
+    child_env["PYTHONPATH"] = str(site)
     child_env.update({key: value.format(target=target.base) for key, value in env.items()})
 
-    # -S and a bare environment: no site-packages and no repository on the path, only the script's directory
+    # -S and a bare environment: no site-packages and no repository on the path, only the client's package
+    # and the script's directory
     done = subprocess.run([sys.executable, "-S", str(tmp_path / "check.py")], env=child_env, cwd=tmp_path,
                           capture_output=True, text=True, timeout=60, check=False)
 

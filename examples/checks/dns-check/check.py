@@ -20,8 +20,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 try:
-    import checkclient  # copied next to this file in the image
-except ImportError:  # running from a source checkout
+    import kuberhealthy_checkclient as checkclient  # the client's wheel, installed in the image
+except ImportError:  # a source checkout: the same file as the kuberhealthy package's module
     from kuberhealthy import checkclient
 
 logger = logging.getLogger("dns-check")

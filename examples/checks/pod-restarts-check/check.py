@@ -24,8 +24,8 @@ from kubernetes import client as kube_client
 from kubernetes import config as kube_config
 
 try:
-    import checkclient  # copied next to this file in the image
-except ImportError:  # running from a source checkout
+    import kuberhealthy_checkclient as checkclient  # the client's wheel, installed in the image
+except ImportError:  # a source checkout: the same file as the kuberhealthy package's module
     from kuberhealthy import checkclient
 
 logger = logging.getLogger("pod-restarts-check")
@@ -105,11 +105,8 @@ def connect() -> Any:
 
 def request_timeout(environ: Mapping[str, str], clock: Any = time.time) -> float:
     """Seconds one API call may take: at most MAX_REQUEST_TIMEOUT, and never past the run's deadline."""
-    try:
-        remaining = checkclient.get_deadline(environ) - clock() - 5
-    except checkclient.CheckClientError:
-        return MAX_REQUEST_TIMEOUT
-    return max(1.0, min(MAX_REQUEST_TIMEOUT, remaining))
+    left = checkclient.time_left(environ, reserve=5, clock=clock)  # None: no (readable) deadline
+    return MAX_REQUEST_TIMEOUT if left is None else max(1.0, min(MAX_REQUEST_TIMEOUT, left))
 
 
 def run_pod_restarts_check(config: PodRestartsConfig, core: Any,
