@@ -1,5 +1,6 @@
 """Command line: parse flags, load and validate config, set up logging, run the server; or, as
-`kuberhealthy stop-release`, stop a release's daemons before `helm uninstall` (daemon/release.py).
+`kuberhealthy stop-release`, stop a release's daemons before `helm uninstall` (daemon/release.py); or, as
+`kuberhealthy check-service`, the chart's `helm test` (daemon/selftest.py).
 
 The only module that exits the process. A bad config value or an unusable kubeconfig is one line on
 stderr naming the key, and exit code 2; nothing half-starts.
@@ -13,12 +14,14 @@ import sys
 from kuberhealthy import __version__
 from kuberhealthy.base.config import DEFAULT_CONFIG_PATH, Config, load
 from kuberhealthy.base.errors import ConfigError
+from kuberhealthy.daemon import selftest
 from kuberhealthy.daemon.release import stop_release
 from kuberhealthy.daemon.server import serve
 from kuberhealthy.kube import Kube, Resources
 
 EXIT_CONFIG = 2
 STOP_RELEASE = "stop-release"
+CHECK_SERVICE = "check-service"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -31,7 +34,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         epilog="Environment: POD_NAME (this replica's identity, default hostname), POD_NAMESPACE (default "
                "kuberhealthy), KH_EXTERNAL_REPORTING_URL (overrides externalCheckReportingURL), "
                "CHECK_REAPER_RUN_INTERVAL, KUBECONFIG (when not running in a pod). "
-               f"`kuberhealthy {STOP_RELEASE} --help`: stop a release's daemons before an uninstall.")
+               f"Subcommands: `kuberhealthy {STOP_RELEASE} --help`: stop a release's daemons before an "
+               f"uninstall; `kuberhealthy {CHECK_SERVICE} --help`: check a release's Service answers "
+               "(the chart's `helm test`).")
     p.add_argument("-c", "--config", metavar="FILE", default=None,
                    help=f"YAML config file (default {DEFAULT_CONFIG_PATH}; a missing default file means "
                         "all defaults)")
@@ -97,10 +102,43 @@ def stop_release_main(argv: list[str]) -> int:
     return 0
 
 
+def parse_check_service_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog=f"kuberhealthy {CHECK_SERVICE}",
+        description="Check that a release's daemons answer through their Service: GET /readyz must answer 200 "
+                    "and GET / a JSON status page with an OK key. Retries until --timeout; prints one line and "
+                    "exits 0 (passed), 1 (failed) or 2 (bad arguments). The chart's `helm test` pod runs it "
+                    "with the Service's environment variables, so it needs no cluster DNS.")
+    p.add_argument("--url", default=None, help="the Service's base URL, e.g. http://kuberhealthy.ns.svc")
+    p.add_argument("--host-env", metavar="VAR", default=None,
+                   help="environment variable holding the Service's address (e.g. KUBERHEALTHY_SERVICE_HOST)")
+    p.add_argument("--port-env", metavar="VAR", default=None,
+                   help="environment variable holding the Service's port (e.g. KUBERHEALTHY_SERVICE_PORT)")
+    p.add_argument("--timeout", type=float, default=selftest.DEFAULT_TIMEOUT, metavar="SECONDS",
+                   help=f"give up after this long (default {selftest.DEFAULT_TIMEOUT:.0f})")
+    p.add_argument("--interval", type=float, default=selftest.RETRY_INTERVAL, metavar="SECONDS",
+                   help=f"seconds between attempts (default {selftest.RETRY_INTERVAL:.0f})")
+    return p.parse_args(argv)
+
+
+def check_service_main(argv: list[str]) -> int:
+    args = parse_check_service_args(argv)
+    try:
+        base = selftest.base_url(args.url, args.host_env, args.port_env)
+    except selftest.UsageError as e:
+        print(f"kuberhealthy {CHECK_SERVICE}: error: {e}", file=sys.stderr)
+        return EXIT_CONFIG
+    outcome = selftest.check_service(base, deadline=args.timeout, interval=args.interval)
+    print(outcome.line, flush=True)
+    return 0 if outcome.ok else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == [STOP_RELEASE]:
         return stop_release_main(argv[1:])
+    if argv[:1] == [CHECK_SERVICE]:
+        return check_service_main(argv[1:])
     args = parse_args(argv)
     setup_logging("debug" if args.debug else "info")  # so warnings while loading the config are formatted
     try:

@@ -12,6 +12,7 @@ and the Dockerfile are tested in test_image.py.
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import re
@@ -37,10 +38,11 @@ from kuberhealthy.records import checkpod
 from testbed.builders import API_VERSION, checker_pod, khc, khcheck, khjob, khs, khstate
 from testbed.cluster import TestCluster
 from testbed.crds import load_crds
+from testbed.e2e import chart_values
 from testbed.helm import Helm
 from testbed.inprocess import InProcessDaemon
 from testbed.objects import create_namespace, delete_quietly
-from testbed.paths import CHART
+from testbed.paths import CHART, REPO
 from testbed.sim.kubelet import SimKubelet
 from testbed.wait import wait_for
 
@@ -90,6 +92,19 @@ VARIATIONS = {
         "grafana.dashboards.enabled=true", "grafana.dashboards.annotations.grafana_folder=Kuberhealthy",
         "influx.passwordSecret=kh-influx", "config.enableInflux=true", "config.influxURL=http://influxdb:8086",
         "config.influxDB=kuberhealthy", "config.influxUsername=kuberhealthy"),
+    "tuned probes, extra env from secrets, volumes, topology spread": (
+        "deployment.livenessProbe.failureThreshold=6", "deployment.readinessProbe.periodSeconds=10",
+        "deployment.startupProbe.tcpSocket.port=http",
+        "deployment.extraEnv[0].name=KH_EXTERNAL_REPORTING_URL",
+        "deployment.extraEnv[0].valueFrom.configMapKeyRef.name=kh-urls",
+        "deployment.extraEnv[0].valueFrom.configMapKeyRef.key=reporting",
+        "deployment.envFrom[0].secretRef.name=kh-env", "deployment.envFrom[0].prefix=KH_",
+        "deployment.extraVolumes[0].name=ca", "deployment.extraVolumes[0].configMap.name=corp-ca",
+        "deployment.extraVolumeMounts[0].name=ca", "deployment.extraVolumeMounts[0].mountPath=/etc/ssl/corp",
+        "deployment.extraVolumeMounts[0].readOnly=true",
+        "deployment.topologySpreadConstraints[0].maxSkew=1",
+        "deployment.topologySpreadConstraints[0].topologyKey=topology.kubernetes.io/zone",
+        "deployment.topologySpreadConstraints[0].whenUnsatisfiable=ScheduleAnyway"),
     "network policy with namespaces and node addresses": (
         "networkPolicy.enabled=true", "networkPolicy.allowedNamespaces={monitoring,ingress-nginx}",
         "networkPolicy.allowedCIDRs={10.0.0.0/24,fd00::/64}", "config.trustedOrigins={https://kh.example.com}"),
@@ -427,10 +442,11 @@ def test_the_prometheus_rule_alerts_per_check_on_repeated_failures_and_on_stalen
     # Scoped to this release's scrape job and namespace; the rules' behaviour is in test_alert_rules.py.
     sel = '{job="kuberhealthy", namespace="monitoring"}'
     failing = rules["KuberhealthyCheckFailingRepeatedly"]["expr"]
-    assert failing == f"max by (check) (kuberhealthy_check_consecutive_failures{sel}) >= 5"
+    # (and whatever they add for paused checks: test_alert_rules.py tests that)
+    assert failing.startswith(f"max by (check) (kuberhealthy_check_consecutive_failures{sel}) >= 5")
     stale = " ".join(rules["KuberhealthyCheckStale"]["expr"].split())
-    assert stale == (f"time() - max by (check) (kuberhealthy_check_last_success_timestamp_seconds{sel}) "
-                     f"> 4 * max by (check) (kuberhealthy_check_interval_seconds{sel})")
+    assert stale.startswith(f"time() - max by (check) (kuberhealthy_check_last_success_timestamp_seconds{sel}) "
+                            f"> 4 * max by (check) (kuberhealthy_check_interval_seconds{sel})")
     assert rules["KuberhealthyError"]["expr"] == f"absent(up{sel} == 1)"
     renamed = helm.template("prometheus.enabled=true", "prometheus.prometheusRule.enabled=true",
                             "prometheus.prometheusRule.job=kubernetes-service-endpoints", namespace="kh")
@@ -474,16 +490,20 @@ def test_the_network_policy_admits_port_8080_from_checker_pods_listed_namespaces
     assert rule["ports"] == [{"port": 8080, "protocol": "TCP"}]
     container = one(objs, "Deployment", "kuberhealthy")["spec"]["template"]["spec"]["containers"][0]
     assert [p["containerPort"] for p in container["ports"]] == [8080]
-    checkers, namespaces, *blocks = rule["from"]
+    checkers, namespaces, *blocks, helm_test = rule["from"]
     # every checker pod carries this label (records/checkpod.py), whichever namespace its check is in
     assert checkers == {"namespaceSelector": {}, "podSelector": {"matchLabels": {
         checkpod.APP_LABEL: checkpod.APP_LABEL_VALUE}}}
     assert namespaces == {"namespaceSelector": {"matchExpressions": [
         {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["monitoring", "ingress-nginx"]}]}}
     assert blocks == [{"ipBlock": {"cidr": "10.0.0.0/24"}}, {"ipBlock": {"cidr": "fd00::/64"}}]
+    # the chart's own `helm test` pod, in the release namespace only (no namespaceSelector)
+    test_pod = one(objs, "Pod", "kuberhealthy-test")
+    assert helm_test == {"podSelector": {"matchLabels": {
+        k: test_pod["metadata"]["labels"][k] for k in ("app.kubernetes.io/name", "app.kubernetes.io/component")}}}
 
     only_checkers = one(helm.template("networkPolicy.enabled=true"), "NetworkPolicy", "kuberhealthy")["spec"]
-    assert only_checkers["ingress"][0]["from"] == [checkers]
+    assert only_checkers["ingress"][0]["from"] == [checkers, helm_test]
 
 
 def test_a_network_policy_value_that_is_no_cidr_or_no_key_is_refused_by_the_values_schema(helm: Helm) -> None:
@@ -498,6 +518,282 @@ def test_include_crds_renders_the_three_crds(helm: Helm) -> None:
     assert {c["metadata"]["name"] for c in crds} == {
         "khchecks.comcast.github.io", "khstates.comcast.github.io", "khjobs.comcast.github.io"}
     assert find(helm.template(), "CustomResourceDefinition") == []
+
+
+# --- the values schema: closed, config generated from config.py, v2's keys accepted and named ----------------
+
+SCHEMA = json.loads((CHART / "values.schema.json").read_text(encoding="utf-8"))
+# Maps and Kubernetes objects the chart copies as they are: the schema leaves them open on purpose.
+FREE_BY_NATURE = {"global", "resources", "nodeSelector", "podAnnotations", "affinity", "annotations", "httpGet",
+                  "tcpSocket", "exec", "grpc", "valueFrom", "configMapRef", "secretRef"}
+
+
+def _chart_schema_module() -> Any:
+    spec = importlib.util.spec_from_file_location("chart_schema", REPO / "hack" / "chart_schema.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _refused(helm: Helm, *args: str) -> str:
+    proc = helm.run("template", "kh", str(CHART), *args, check=False)
+    assert proc.returncode != 0, f"helm template {' '.join(args)} rendered"
+    return proc.stderr
+
+
+@pytest.mark.parametrize(("value", "where", "key"), [
+    ("notAValue=1", "''", "notAValue"),
+    ("deployment.notAValue=1", "'/deployment'", "notAValue"),
+    ("config.notAKey=1", "'/config'", "notAKey"),
+    ("config.leaderElection.leaseTime=15s", "'/config/leaderElection'", "leaseTime"),
+    ("check.dnsInternal.imageTag=v1", "'/check/dnsInternal'", "imageTag"),
+    ("prometheus.serviceMonitor.interval=30s", "'/prometheus/serviceMonitor'", "interval"),
+    ("deployment.livenessProbe.periodSecond=5", "'/deployment/livenessProbe'", "periodSecond"),
+    ("securityContext.runAsUsr=1000", "'/securityContext'", "runAsUsr"),
+    ("image.tga=v1", "'/image'", "tga"),
+])
+def test_a_misspelt_value_is_refused_with_the_key_and_where_it_is_named(
+        helm: Helm, value: str, where: str, key: str) -> None:
+    stderr = _refused(helm, "--set", value)
+    assert f"at {where}: additional properties '{key}' not allowed" in stderr, stderr
+
+
+def test_global_values_and_every_key_of_values_yaml_are_accepted(helm: Helm) -> None:
+    helm.template("global.imageRegistry=registry.example.com", "global.storageClass=fast")
+    helm.run("lint", "--strict", str(CHART), "--values", str(CHART / "values.yaml"))
+
+
+def test_every_object_in_the_schema_is_closed_except_the_maps_free_by_nature() -> None:
+    open_nodes: list[str] = []
+
+    def walk(node: Any, path: str) -> None:
+        if not isinstance(node, dict):
+            return
+        kinds = node.get("type") if isinstance(node.get("type"), list) else [node.get("type")]
+        name = path.rsplit(".", 1)[-1]
+        if "object" in kinds and node.get("additionalProperties") is not False and name not in FREE_BY_NATURE \
+                and "additionalProperties" not in node and not path.endswith("[]"):
+            open_nodes.append(path)
+        for key, sub in (node.get("properties") or {}).items():
+            walk(sub, f"{path}.{key}")
+        if isinstance(node.get("items"), dict):
+            walk(node["items"], path + "[]")
+        for key, sub in (node.get("definitions") or {}).items():
+            walk(sub, f"#{key}")
+    walk(SCHEMA, "")
+    assert open_nodes == []
+
+
+def test_the_schemas_config_keys_are_exactly_the_daemons_config_keys_with_their_types() -> None:
+    config = SCHEMA["properties"]["config"]
+    assert list(config["properties"]) == sorted(kh_config._KNOWN_KEYS, key=list(config["properties"]).index)
+    assert set(config["properties"]) == kh_config._KNOWN_KEYS
+    assert config == _chart_schema_module().config_schema(), "run: python hack/chart_schema.py"
+    assert config["properties"]["logLevel"]["enum"] == [*kh_config.LOG_LEVELS, "warn"]
+    assert config["properties"]["reportAuth"]["enum"] == list(kh_config.REPORT_AUTHS)
+    assert set(config["properties"]["leaderElection"]["properties"]) == {
+        "leaseName", "leaseDuration", "renewDeadline", "retryPeriod"}
+
+
+def test_the_generator_follows_a_new_config_key_and_stops_on_one_it_cannot_type() -> None:
+    gen = _chart_schema_module()
+    source = (REPO / "kuberhealthy" / "base" / "config.py").read_text(encoding="utf-8")
+    added = source.replace('"trustedOrigins",\n}', '"trustedOrigins", "pausedLimit", "newFlag",\n}', 1)
+    assert added != source
+    calls = '    _duration(raw, "pausedLimit", 1.0)\n    _bool(raw, "newFlag", False)\n'
+    added = added.replace("    return Config(\n", calls + "    return Config(\n", 1)
+    props = gen.config_schema(added)["properties"]
+    assert props["newFlag"] == {"type": "boolean"}
+    assert props["pausedLimit"]["pattern"] == gen.DURATION["pattern"]
+    untyped = source.replace('"trustedOrigins",\n}', '"trustedOrigins", "mystery",\n}', 1)
+    with pytest.raises(SystemExit, match="mystery"):
+        gen.config_schema(untyped)
+
+
+@pytest.mark.parametrize(("value", "good"), [
+    ("90s", True), ("1m30s", True), ("1.5h", True), (".5s", True), ("500ms", True), ("10µs", True),
+    ("10us", True), ("10", False), ("15 minutes", False), ("-1m", False), ("1d", False)])
+def test_config_durations_are_refused_by_the_schema_exactly_when_the_daemon_refuses_them(
+        helm: Helm, value: str, good: bool) -> None:
+    args = ("template", "kh", str(CHART), "--set-string", f"config.stateReaperInterval={value}")
+    proc = helm.run(*args, check=False)
+    assert (proc.returncode == 0) is good, proc.stderr
+    daemon_accepts = True
+    try:
+        kh_config.from_mapping({"stateReaperInterval": value}, environ={})
+    except kh_config.ConfigError:
+        daemon_accepts = False
+    assert daemon_accepts is good
+
+
+def _notes(helm: Helm, *args: str) -> str:
+    """NOTES.txt as `helm install` prints it (a client-side dry run: no cluster)."""
+    out = helm.run("install", "kh", str(CHART), "--namespace", "monitoring", "--dry-run=client", *args).stdout
+    return out.split("NOTES:", 1)[1]
+
+
+V2_ONLY_VALUES = V2_VALUES + """
+imageURL: docker.io/kuberhealthy/kuberhealthy:v2.7.1
+stateMetadata: {team: sre}
+"""
+
+
+def test_a_v2_values_file_renders_and_the_notes_name_each_setting_it_ignores(helm: Helm, tmp_path: Path) -> None:
+    values = tmp_path / "v2.yaml"
+    doc = yaml.safe_load(V2_ONLY_VALUES)
+    doc["prometheus"]["grafanaDashboard"] = {"enabled": True, "label": "grafana_dashboard", "labelValue": "1"}
+    doc["prometheus"]["prometheusRule"] = {"enabled": False, "release": "prometheus-operator",
+                                           "rules": {"additionalAnnotations": {}, "additionalLabels": {"a": "b"}}}
+    doc["securityContext"]["seccompProfile"] = {"type": "RuntimeDefault"}
+    values.write_text(yaml.safe_dump(doc))
+    helm.run("lint", "--strict", str(CHART), "--values", str(values))
+    notes = _notes(helm, "--values", str(values))
+    warning = notes.split("WARNING: these values are Kuberhealthy v2 chart settings that this chart ignores:", 1)[1]
+    named = [line.split(":", 1)[0][2:] for line in warning.strip().splitlines() if line.startswith("- ")]
+    assert named == ["check.storage", "imageURL", "podSecurityPolicy", "prometheus.grafanaDashboard",
+                     "prometheus.prometheusRule.rules", "securityContext.seccompProfile", "stateMetadata"]
+    assert "- prometheus.grafanaDashboard: use grafana.dashboards" in warning
+    assert "WARNING" not in _notes(helm)  # the chart's own defaults name nothing
+    assert "helm test kh --namespace monitoring --logs" in notes
+
+
+def test_the_notes_warn_when_the_image_is_v2s_go_daemon(helm: Helm) -> None:
+    app_version = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+    notes = _notes(helm, "--set", "image.registry=docker.io", "--set", "image.repository=kuberhealthy/kuberhealthy")
+    assert f"WARNING: image docker.io/kuberhealthy/kuberhealthy:{app_version} is Kuberhealthy v2's Go daemon" in notes
+    v271 = _notes(helm, "--set", "image.registry=kuberhealthy", "--set", "image.repository=kuberhealthy",
+                  "--set", "image.tag=v2.7.1")
+    assert "kuberhealthy/kuberhealthy:v2.7.1 is Kuberhealthy v2's Go daemon" in v271
+
+
+def test_the_default_image_is_the_published_one_and_the_tag_follows_the_charts_app_version(helm: Helm) -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    (container,) = one(helm.template(), "Deployment", "kuberhealthy")["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == f"ghcr.io/kuberhealthy-py/kuberhealthy:{chart['appVersion']}"
+    # the e2e install replaces every part of the reference with the image built and imported there
+    overridden = {v.split("=", 1)[0] for v in chart_values("localhost/kh-e2e/daemon:e2e")}
+    assert {"image.registry", "image.repository", "image.tag"} <= overridden
+
+
+# --- probes, env, volumes, topology ------------------------------------------------------------------------
+
+def _container(objs: list[dict[str, Any]]) -> dict[str, Any]:
+    (container,) = one(objs, "Deployment", "kuberhealthy")["spec"]["template"]["spec"]["containers"]
+    return container
+
+
+def test_probe_values_are_merged_over_the_charts_probes_and_a_handler_replaces_its_http_get(helm: Helm) -> None:
+    default = _container(helm.template())
+    assert default["livenessProbe"] == {"httpGet": {"path": "/healthz", "port": "http"}, "periodSeconds": 10,
+                                        "timeoutSeconds": 3, "failureThreshold": 3}
+    assert default["startupProbe"]["failureThreshold"] == 30
+    assert default["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+
+    tuned = _container(helm.template(*VARIATIONS["tuned probes, extra env from secrets, volumes, topology spread"]))
+    assert tuned["livenessProbe"] == {**default["livenessProbe"], "failureThreshold": 6}
+    assert tuned["readinessProbe"] == {**default["readinessProbe"], "periodSeconds": 10}
+    assert tuned["startupProbe"] == {"tcpSocket": {"port": "http"}, "periodSeconds": 2, "timeoutSeconds": 2,
+                                     "failureThreshold": 30}
+
+
+def test_extra_env_takes_value_from_and_wins_over_env_but_not_over_the_pod_identity(helm: Helm) -> None:
+    container = _container(helm.template(
+        *VARIATIONS["tuned probes, extra env from secrets, volumes, topology spread"],
+        "deployment.env.KH_EXTERNAL_REPORTING_URL=http://shadowed/externalCheckStatus",
+        "deployment.env.CHECK_REAPER_RUN_INTERVAL=45s",
+        "deployment.extraEnv[1].name=POD_NAME", "deployment.extraEnv[1].value=spoofed"))
+    env = container["env"]
+    names = [e["name"] for e in env]
+    assert len(names) == len(set(names)), names
+    by_name = {e["name"]: e for e in env}
+    assert by_name["KH_EXTERNAL_REPORTING_URL"] == {"name": "KH_EXTERNAL_REPORTING_URL", "valueFrom": {
+        "configMapKeyRef": {"name": "kh-urls", "key": "reporting"}}}
+    assert by_name["CHECK_REAPER_RUN_INTERVAL"]["value"] == "45s"  # deployment.env keeps working
+    assert by_name["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    assert container["envFrom"] == [{"secretRef": {"name": "kh-env"}, "prefix": "KH_"}]
+    assert "envFrom" not in _container(helm.template())
+
+
+def test_extra_volumes_are_mounted_beside_the_charts_own_and_cannot_take_their_names(helm: Helm) -> None:
+    objs = helm.template(*VARIATIONS["tuned probes, extra env from secrets, volumes, topology spread"])
+    pod = one(objs, "Deployment", "kuberhealthy")["spec"]["template"]["spec"]
+    assert [v["name"] for v in pod["volumes"]] == ["config", "tmp", "ca"]
+    assert pod["volumes"][2] == {"name": "ca", "configMap": {"name": "corp-ca"}}
+    assert pod["containers"][0]["volumeMounts"][2] == {"name": "ca", "mountPath": "/etc/ssl/corp", "readOnly": True}
+    stderr = _refused(helm, "--set", "deployment.extraVolumes[0].name=tmp",
+                      "--set", "deployment.extraVolumes[0].emptyDir.medium=Memory")
+    assert 'the volume name "tmp" is the chart\'s own' in stderr
+    assert "mountPath" in _refused(helm, "--set", "deployment.extraVolumeMounts[0].name=ca")
+
+
+def test_topology_spread_constraints_select_the_daemons_pods_unless_they_say_otherwise(helm: Helm) -> None:
+    objs = helm.template(*VARIATIONS["tuned probes, extra env from secrets, volumes, topology spread"],
+                         "deployment.topologySpreadConstraints[1].maxSkew=2",
+                         "deployment.topologySpreadConstraints[1].topologyKey=kubernetes.io/hostname",
+                         "deployment.topologySpreadConstraints[1].whenUnsatisfiable=DoNotSchedule",
+                         "deployment.topologySpreadConstraints[1].labelSelector.matchLabels.tier=monitoring")
+    pod = one(objs, "Deployment", "kuberhealthy")["spec"]["template"]["spec"]
+    zone, host = pod["topologySpreadConstraints"]
+    assert zone == {"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "ScheduleAnyway",
+                    "labelSelector": {"matchLabels": {"app": "kuberhealthy"}}}
+    assert host["labelSelector"] == {"matchLabels": {"tier": "monitoring"}}
+    assert "topologySpreadConstraints" not in one(helm.template(), "Deployment", "kuberhealthy")["spec"]["template"][
+        "spec"]
+    assert "maxSkew" in _refused(helm, "--set", "deployment.topologySpreadConstraints[0].topologyKey=zone")
+
+
+def test_the_service_monitor_takes_v2_8s_relabelings_and_target_labels(helm: Helm) -> None:
+    objs = helm.template("prometheus.enabled=true", "prometheus.serviceMonitor.enabled=true",
+                         "prometheus.serviceMonitor.targetLabels={team}",
+                         "prometheus.serviceMonitor.endpoints.metricRelabelings[0].action=labeldrop",
+                         "prometheus.serviceMonitor.endpoints.metricRelabelings[0].regex=pod",
+                         "prometheus.serviceMonitor.endpoints.relabelings[0].targetLabel=cluster",
+                         "prometheus.serviceMonitor.endpoints.relabelings[0].replacement=prod")
+    spec = one(objs, "ServiceMonitor", "kuberhealthy")["spec"]
+    assert spec["targetLabels"] == ["team"]
+    (endpoint,) = spec["endpoints"]
+    assert endpoint["metricRelabelings"] == [{"action": "labeldrop", "regex": "pod"}]
+    assert endpoint["relabelings"] == [{"targetLabel": "cluster", "replacement": "prod"}]
+
+
+# --- the helm test hook -------------------------------------------------------------------------------------
+
+def test_the_helm_test_pod_runs_check_service_from_the_daemons_image_hardened_and_without_dns(helm: Helm) -> None:
+    objs = helm.template("deployment.imagePullPolicy=Never", "imagePullSecrets[0].name=pull",
+                         "deployment.nodeSelector.kubernetes\\.io/os=linux")
+    pod = one(objs, "Pod", "kuberhealthy-test")
+    assert pod["metadata"]["annotations"] == {"helm.sh/hook": "test",
+                                              "helm.sh/hook-delete-policy": "before-hook-creation"}
+    spec = pod["spec"]
+    (container,) = spec["containers"]
+    daemon = one(objs, "Deployment", "kuberhealthy")["spec"]["template"]["spec"]
+    assert container["image"] == daemon["containers"][0]["image"]
+    assert container["imagePullPolicy"] == "Never"
+    assert spec["imagePullSecrets"] == [{"name": "pull"}] and spec["nodeSelector"] == {"kubernetes.io/os": "linux"}
+    assert "command" not in container  # the image's entrypoint: kuberhealthy
+    assert container["args"] == ["check-service", "--host-env", "KUBERHEALTHY_SERVICE_HOST",
+                                 "--port-env", "KUBERHEALTHY_SERVICE_PORT", "--timeout", "60"]
+    assert spec["enableServiceLinks"] is True  # the kubelet's Service variables are its only way in
+    assert spec["restartPolicy"] == "Never" and spec["automountServiceAccountToken"] is False
+    assert "serviceAccountName" not in spec  # no RBAC: it only speaks HTTP
+    psc, csc = spec["securityContext"], container["securityContext"]
+    assert psc["runAsNonRoot"] is True and psc["runAsUser"] == 999
+    assert psc["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert csc == {"runAsNonRoot": True, "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                   "capabilities": {"drop": ["ALL"]}}
+    # never an endpoint of the Service it tests
+    selector = one(objs, "Service", "kuberhealthy")["spec"]["selector"]
+    assert not selector.items() <= pod["metadata"]["labels"].items()
+
+
+def test_the_helm_test_pod_names_the_variables_the_kubelet_makes_from_a_renamed_service(helm: Helm) -> None:
+    objs = helm.template("nameOverride=kh-canary")
+    service = one(objs, "Service", "kh-canary")["metadata"]["name"]
+    prefix = service.upper().replace("-", "_")  # the kubelet's rule for Service environment variables
+    args = one(objs, "Pod", "kh-canary-test")["spec"]["containers"][0]["args"]
+    assert args[1:5] == ["--host-env", f"{prefix}_SERVICE_HOST", "--port-env", f"{prefix}_SERVICE_PORT"]
+    assert prefix == "KH_CANARY"
 
 
 # --- OpenAPI schemas: the test bed's Kubernetes and a current one ---------------------------------------------
@@ -883,7 +1179,7 @@ KIND_PATHS = {
     "ClusterRole": ("/apis/rbac.authorization.k8s.io/v1", "clusterroles"),
     "ClusterRoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "clusterrolebindings"),
     "KuberhealthyCheck": (GROUP_PATH, "khchecks"), "Job": ("/apis/batch/v1", "jobs"),
-    "NetworkPolicy": ("/apis/networking.k8s.io/v1", "networkpolicies"),
+    "NetworkPolicy": ("/apis/networking.k8s.io/v1", "networkpolicies"), "Pod": ("/api/v1", "pods"),
 }
 
 

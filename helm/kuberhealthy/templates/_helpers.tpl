@@ -177,3 +177,67 @@ env:
 {{- define "kuberhealthy.checkNamespace" -}}
 {{- .Values.targetNamespace | default .Release.Namespace -}}
 {{- end -}}
+
+{{/*
+A probe: the chart's (a dict) with the user's changes (deployment.<name>Probe) merged over it. A handler
+in the changes (httpGet, tcpSocket, exec, grpc) replaces the chart's httpGet instead of joining it.
+Call with (list $default $override).
+*/}}
+{{- define "kuberhealthy.probe" -}}
+{{- $probe := deepCopy (index . 0) -}}
+{{- $override := deepCopy (index . 1 | default dict) -}}
+{{- range list "httpGet" "tcpSocket" "exec" "grpc" -}}
+{{- if hasKey $override . -}}
+{{- $_ := unset $probe "httpGet" -}}
+{{- end -}}
+{{- end -}}
+{{- toYaml (mergeOverwrite $probe $override) -}}
+{{- end -}}
+
+{{/*
+Keys of Kuberhealthy v2's chart that this chart accepts (values.schema.json's v2Ignored) but does nothing
+with, one "- key: what to do instead" line each for those the values set. NOTES.txt prints them.
+*/}}
+{{- define "kuberhealthy.v2Ignored" -}}
+{{- $hints := dict
+  "imageURL" "set image.registry, image.repository and image.tag (or image.digest)"
+  "namespace" "the release namespace is used: helm install --namespace"
+  "stateMetadata" "no equivalent: khstates carry no extra metadata"
+  "podSecurityPolicy" "PodSecurityPolicies are gone since Kubernetes 1.25; the pods are hardened by securityContext"
+  "securityContext.seccompProfile" "the daemon's pods always run RuntimeDefault; bundled checks get none"
+  "prometheus.grafanaDashboard" "use grafana.dashboards"
+  "prometheus.enableAlerting" "use prometheus.prometheusRule.enabled"
+  "prometheus.enableScraping" "use prometheus.enabled"
+  "prometheus.release" "use prometheus.serviceMonitor.release and prometheus.prometheusRule.release"
+  "prometheus.additionalLabels" "use prometheus.serviceMonitor.additionalLabels and prometheus.prometheusRule.additionalLabels"
+  "prometheus.serviceMonitor.rules" "no equivalent"
+  "prometheus.prometheusRule.rules" "use prometheus.prometheusRule.additionalLabels"
+  "check.storage" "v2's external storage check is not bundled: apply its khcheck yourself"
+  "checkReaper.enabled" "the reaper runs inside the daemon"
+  "checkReaper.image" "the reaper runs inside the daemon"
+  "checkReaper.nodeSelector" "the reaper runs inside the daemon"
+  "checkReaper.tolerations" "the reaper runs inside the daemon"
+  "checkReaper.resources" "the reaper runs inside the daemon"
+  "checkReaper.startingDeadlineSeconds" "the reaper runs inside the daemon"
+  "checkReaper.jobCleanupDuration" "use checkReaper.maxKHJobAge"
+  "checkReaper.failedPodCleanupDuration" "use checkReaper.maxCheckPodAge"
+  "checkReaper.jobDeleteTimeDuration" "use checkReaper.maxKHJobAge"
+  "checkReaper.maxCheckPods" "use checkReaper.maxCompletedPodCount and maxErrorPodCount"
+  "checkReaper.maxPodsThreshold" "use checkReaper.maxCompletedPodCount and maxErrorPodCount"
+  "deployment.env.TARGET_NAMESPACE" "use targetNamespace"
+-}}
+{{- range $path := keys $hints | sortAlpha -}}
+{{- $node := $.Values -}}
+{{- $found := true -}}
+{{- range $part := splitList "." $path -}}
+{{- if and $found (kindIs "map" $node) (hasKey $node $part) -}}
+{{- $node = index $node $part -}}
+{{- else -}}
+{{- $found = false -}}
+{{- end -}}
+{{- end -}}
+{{- if and $found (not (kindIs "invalid" $node)) }}
+- {{ $path }}: {{ index $hints $path }}
+{{- end -}}
+{{- end -}}
+{{- end -}}
