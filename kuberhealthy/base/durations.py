@@ -8,12 +8,12 @@ from __future__ import annotations
 import re
 
 _UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-_PART = re.compile(r"(\d+\.?\d*|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
+_PART = re.compile(r"([0-9]+\.?[0-9]*|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h)")  # ASCII digits only, as Go
 
 
 def parse_duration(text: str) -> float:
     """Seconds in a Go duration string. Raises ValueError on anything Go's ParseDuration rejects."""
-    s = text.strip()
+    s = text  # no stripping: Go's ParseDuration refuses surrounding space
     if not s:
         raise ValueError("empty duration")
     sign = 1.0
