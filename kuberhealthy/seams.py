@@ -58,6 +58,8 @@ class EventSink(Protocol):
 
     def report_rejected(self, ref: ObjectRef, reason: str) -> bool: ...
 
+    def pause_ignored(self, ref: ObjectRef, annotation: str, value: str) -> bool: ...
+
 
 class ResultSink(Protocol):
     """Where a finished run's result is forwarded (InfluxDB)."""

@@ -15,6 +15,10 @@ Run now (runnow.py): a khcheck change that sets the run-now annotation is acted 
 the debounce: the check's worker starts a run (or, with a run in flight, the request is dropped and
 the annotation removed). A new worker whose khcheck carries the annotation (leadership just began, or
 the check is new) runs at once too.
+
+Pause (pause.py): a khcheck change that sets, changes or removes the pause annotations nudges that
+check's worker at once (it waits out the pause, or runs at once when it ended); an unparsable
+paused-until value is logged and raises a PauseIgnored Warning Event, once per value.
 """
 from __future__ import annotations
 
@@ -31,7 +35,7 @@ from kuberhealthy.base.times import parse_time
 from kuberhealthy.control.workers import CheckWorker, JobWorker, RunnerFactory
 from kuberhealthy.kube import KHJOBS, Obj, key_of
 from kuberhealthy.outputs.events import KIND_CHECK, ObjectRef
-from kuberhealthy.records import khstate, runnow
+from kuberhealthy.records import khstate, pause, runnow
 from kuberhealthy.records.checkspec import CheckSpec
 from kuberhealthy.run.runner import Runner
 from kuberhealthy.seams import ControlNeeds, Part
@@ -41,6 +45,7 @@ logger = logging.getLogger(__name__)
 START_SPACING = 0.03  # seconds between the first runs of overdue checks started together (~33/s)
 MAX_SPREAD = 30.0  # seconds: the widest window such a batch is spread over (never over half an interval)
 RUN_NOW_EVENT = "run-now:"  # + "<ns>/<name>": the khcheck's run-now annotation was newly set
+PAUSE_EVENT = "pause:"  # + "<ns>/<name>": the khcheck's pause annotations changed
 
 
 class Controller(BackgroundThread):
@@ -66,6 +71,7 @@ class Controller(BackgroundThread):
         self._last_reconcile = -1e18
         self._specs: dict[str, tuple[str, CheckSpec]] = {}  # key -> (resourceVersion, parsed spec)
         self.reconciles = 0
+        self._pause_warned: dict[str, str] = {}  # key -> the unparsable paused-until value warned about
         services.khchecks.add_listener(self._check_changed)
         services.khjobs.add_listener(lambda *_: self._events.put("jobs"))
 
@@ -79,6 +85,8 @@ class Controller(BackgroundThread):
         self._events.put("checks")
         if etype != "DELETED" and runnow.newly_requested(obj, prev) is not None:
             self._events.put(RUN_NOW_EVENT + key_of(obj))
+        if etype != "DELETED" and pause.changed(obj, prev):
+            self._events.put(PAUSE_EVENT + key_of(obj))
 
     # --- leadership (called synchronously by the elector) ------------------------------------------
 
@@ -171,6 +179,8 @@ class Controller(BackgroundThread):
                     dirty = True
                 elif event.startswith(RUN_NOW_EVENT):
                     self._run_now(event[len(RUN_NOW_EVENT):])
+                elif event.startswith(PAUSE_EVENT):
+                    self._pause_changed(event[len(PAUSE_EVENT):])
                 elif event == "jobs":
                     with self._lock:
                         if self._leading:
@@ -208,7 +218,9 @@ class Controller(BackgroundThread):
         new = [spec for key, spec in desired.items() if key not in self.workers]
         dues = self._first_dues(new, continuity)
         for spec in new:
-            worker = CheckWorker(self.services, spec, self._runner, self._clock, first_due=dues[spec.key])
+            worker = CheckWorker(self.services, spec, self._runner, self._clock, first_due=dues[spec.key],
+                                 wall=self._wall)
+            self._check_pause_value(spec)
             if runnow.requested(self.services.khchecks.get(spec.namespace, spec.name)) is not None:
                 worker.run_now()  # asked for while nobody led, or with the check (no second Event)
             self.workers[spec.key] = worker
@@ -230,7 +242,30 @@ class Controller(BackgroundThread):
             self.services.events.run_requested(ObjectRef(KIND_CHECK, ns, name, worker.spec.uid), "annotation")
         if not worker.run_now():
             logger.info("Check %s: a run was requested while one is in flight; dropped", key)
-            runnow.clear(self.services.resources, ns, name)
+            runnow.clear(self.services.resources, ns, name, current=self.services.khchecks.get(ns, name))
+
+    def _pause_changed(self, key: str) -> None:
+        """The pause annotations of this khcheck changed: its worker looks again at once."""
+        with self._lock:
+            worker = self.workers.get(key) if self._leading else None
+            if worker is None:
+                return  # not leading (the next leader reads it), or a new check (its reconcile does)
+            self._check_pause_value(worker.spec)
+        worker.nudge()
+
+    def _check_pause_value(self, spec: CheckSpec) -> None:
+        """Log and raise PauseIgnored for an unparsable paused-until value, once per value."""
+        bad = pause.unparsable(self.services.khchecks.get(spec.namespace, spec.name))
+        if bad is None:
+            self._pause_warned.pop(spec.key, None)
+            return
+        if self._pause_warned.get(spec.key) == bad:
+            return
+        self._pause_warned[spec.key] = bad
+        logger.warning("Check %s: ignoring %s=%r: not an RFC 3339 time with an offset (e.g. "
+                       "2026-12-02T06:00:00Z); the check is not paused", spec.key, pause.PAUSED_UNTIL, bad)
+        self.services.events.pause_ignored(ObjectRef(KIND_CHECK, spec.namespace, spec.name, spec.uid),
+                                           pause.PAUSED_UNTIL, bad)
 
     def _first_dues(self, specs: list[CheckSpec], continuity: bool) -> dict[str, float]:
         now, wall = self._clock(), self._wall()

@@ -4,6 +4,7 @@ The controller (controller.py) decides which workers exist; a worker decides whe
 and hands each run to a Runner (runner.py), which knows how. Stopping a worker also ends its current
 run at once. A CheckWorker can be asked for a run now (runnow.py): the wait for the next due time
 ends early, the run removes the run-now annotation as it starts, and the schedule continues from it.
+A paused CheckWorker (pause.py) starts no run until its pause ends, then runs at once.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from kuberhealthy.base.errors import ApiError, is_transient
 from kuberhealthy.base.threads import BackgroundThread
 from kuberhealthy.kube import KHJOBS, Obj
 from kuberhealthy.outputs.runstats import SKIP_API
-from kuberhealthy.records import khstate, runnow
+from kuberhealthy.records import khstate, pause, runnow
 from kuberhealthy.records.checkspec import CheckSpec
 from kuberhealthy.run.runner import Outcome, Runner, RunResult
 from kuberhealthy.seams import ControlNeeds
@@ -24,6 +25,7 @@ from kuberhealthy.seams import ControlNeeds
 logger = logging.getLogger(__name__)
 
 RunnerFactory = Callable[[ControlNeeds, CheckSpec, threading.Event], Runner]
+PAUSE_WAIT_MAX = 86400.0  # seconds one wait of a pause lasts at most (9999-12-31 is past threading.TIMEOUT_MAX)
 
 
 class _Worker(BackgroundThread):
@@ -61,52 +63,102 @@ class CheckWorker(_Worker):
     run back, and a run that overran a whole interval starts at once without a burst of catch-ups.
     Lag (start - due) goes to kuberhealthy_schedule_lag_seconds. run_now() ends the wait early: that
     run removes the run-now annotation as it starts, and the next is due one interval after it.
+
+    Pause (pause.py): while the khcheck's paused-until time (wall clock) is ahead, no run starts, not
+    even a requested one (it waits for the pause's end); the wait ends at that time, or earlier when
+    the controller says the annotation changed (nudge()). When the pause ends the check runs at once
+    and the schedule continues from that run. A run in flight when a pause begins is not stopped.
     """
 
+    DUE, REQUESTED, RESUMED = "due", "requested", "resumed"  # why a run starts
+
     def __init__(self, services: ControlNeeds, spec: CheckSpec, runner: RunnerFactory = Runner,
-                 clock: Callable[[], float] = time.monotonic, first_due: float | None = None) -> None:
+                 clock: Callable[[], float] = time.monotonic, first_due: float | None = None,
+                 wall: Callable[[], float] = time.time) -> None:
         super().__init__(services, spec, runner, f"kh-check-{spec.namespace}/{spec.name}")
         self._clock = clock
+        self._wall = wall  # paused-until is a wall-clock time
         self.first_due = clock() if first_due is None else first_due
         self.runs = 0
         self.requested_runs = 0  # runs started by run_now()
-        self._wake = threading.Event()  # set by stop() and run_now(): the wait for the due time ends
+        self.resumed_runs = 0  # runs started because a pause ended
+        self._wake = threading.Event()  # set by stop(), run_now() and nudge(): the wait looks again
         self._lock = threading.Lock()
         self._requested = False  # a run-now waits to start (under _lock)
         self._running = False  # a run is in flight (under _lock)
+        self.paused_until: float | None = None  # the pause this worker is waiting out (wall seconds)
 
     def stop(self) -> None:
         super().stop()
         self._wake.set()
 
     def run_now(self) -> bool:
-        """Start a run at once; False (nothing changes) while a run is in flight or the worker stops."""
+        """Start a run at once (while paused: when the pause ends); False (nothing changes) while a run
+        is in flight or the worker stops."""
         with self._lock:
             if self._running or self._stop.is_set():
                 return False
             self._requested = True
-            self._wake.set()  # set only together with _requested (or by stop): a wake is never spurious
+            self._wake.set()
         return True
 
-    def _wait_due(self, due: float) -> bool:
-        """Wait until `due`, a run-now or a stop; True when stopping."""
-        self._wake.wait(max(0.0, due - self._clock()))
-        return self._stop.is_set()
+    def nudge(self) -> None:
+        """Look again at what the wait is for (the pause annotation changed; a test moved the clock)."""
+        self._wake.set()
+
+    def _pause(self) -> pause.Pause | None:
+        return pause.active(self.services.khchecks.get(self.spec.namespace, self.spec.name), self._wall())
+
+    def _next(self, due: float) -> str | None:
+        """Wait until a run is due, requested or resumed (which of them), or the stop (None).
+
+        Every wake re-reads the state, so a wake that changed nothing only waits again; a wait for
+        the due time that runs out is the due time."""
+        while not self._stop.is_set():
+            paused = self._pause()
+            if paused is not None:
+                if self.paused_until != paused.until:
+                    logger.info("Check %s: paused until %s%s: no runs until then", self.spec.key,
+                                paused.view()["until"], f" ({paused.reason})" if paused.reason else "")
+                self.paused_until = paused.until
+                wait = min(PAUSE_WAIT_MAX, paused.until - self._wall())
+            elif self.paused_until is not None:
+                self.paused_until = None
+                logger.info("Check %s: the pause has ended: running now", self.spec.key)
+                return self.RESUMED
+            else:
+                with self._lock:
+                    if self._requested:
+                        return self.REQUESTED
+                wait = due - self._clock()
+                if wait <= 0:
+                    return self.DUE
+            woken = self._wake.wait(max(0.0, wait))
+            self._wake.clear()  # before looking again: whatever set it is seen by the next look
+            if not woken and paused is None and not self._stop.is_set():
+                return self.DUE  # the wait for the due time ran out (whatever the injected clock says)
+        return None
 
     def _run(self) -> None:
         due = self.first_due
-        while not self._wait_due(due):
+        while True:
+            why = self._next(due)
+            if why is None:
+                return
             with self._lock:
                 requested, self._requested = self._requested, False
                 self._wake.clear()
                 self._running = True
             started = self._clock()
+            if why == self.RESUMED:
+                self.resumed_runs += 1
             if requested:
                 self.requested_runs += 1
                 logger.info("Check %s: running now, as requested", self.spec.key)
                 if runnow.requested(self.services.khchecks.get(self.spec.namespace, self.spec.name)) is not None:
-                    runnow.clear(self.services.resources, self.spec.namespace, self.spec.name)
-            else:
+                    runnow.clear(self.services.resources, self.spec.namespace, self.spec.name,
+                                 current=self.services.khchecks.get(self.spec.namespace, self.spec.name))
+            elif why == self.DUE:
                 self.services.stats.schedule_lag.observe(max(0.0, started - due))
             try:
                 self._run_once()
@@ -117,7 +169,7 @@ class CheckWorker(_Worker):
             with self._lock:
                 self._running = False
             self.runs += 1
-            due = started + self.spec.run_interval if requested else due + self.spec.run_interval
+            due = (due if why == self.DUE and not requested else started) + self.spec.run_interval
             now = self._clock()
             if due < now - self.spec.run_interval:  # a whole interval behind: start over from now
                 due = now

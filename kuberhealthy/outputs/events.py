@@ -5,6 +5,7 @@ Reasons (docs/interface.md#events):
   CheckRecovered     Normal   the first OK run after failures
   CheckRunRequested  Normal   someone asked for a run now (annotation or HTTP)
   ReportRejected     Warning  a report for the check was refused; the message says why
+  PauseIgnored       Warning  the paused-until annotation holds no RFC 3339 time (records/pause.py)
 
 Callers (a run, a report handler) only queue: `record()` never blocks and never raises. One sender
 thread turns the queue into core/v1 Events. Like client-go's recorder, an event the same as one sent
@@ -53,6 +54,7 @@ CHECK_FAILED = "CheckFailed"
 CHECK_RECOVERED = "CheckRecovered"
 CHECK_RUN_REQUESTED = "CheckRunRequested"
 REPORT_REJECTED = "ReportRejected"
+PAUSE_IGNORED = "PauseIgnored"
 
 QUEUE_EVENTS = 1000  # events waiting to be sent; more are dropped
 CACHE_ENTRIES = 4096  # events remembered for counting (client-go: maxLruCacheEntries)
@@ -204,6 +206,10 @@ class EventRecorder(BackgroundThread):
     def run_requested(self, ref: ObjectRef, source: str = "") -> bool:
         via = f" ({source})" if source else ""
         return self.record(ref, NORMAL, CHECK_RUN_REQUESTED, f"A run of {ref.namespace}/{ref.name} was requested{via}")
+
+    def pause_ignored(self, ref: ObjectRef, annotation: str, value: str) -> bool:
+        return self.record(ref, WARNING, PAUSE_IGNORED, f"{annotation}={value[:200]!r} is not an RFC 3339 time "
+                           f"with an offset (e.g. 2026-12-02T06:00:00Z): ignored, the check is not paused")
 
     def report_rejected(self, ref: ObjectRef, reason: str) -> bool:
         """Damped (module docstring): True when queued or counted onto the next one, False if dropped."""

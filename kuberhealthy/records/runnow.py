@@ -17,14 +17,10 @@ This module holds the name, the value rules and the patches; it keeps no state a
 """
 from __future__ import annotations
 
-import logging
-
-from kuberhealthy.base.errors import ApiError, NotFound
 from kuberhealthy.base.times import format_time
 from kuberhealthy.kube import KHCHECKS, Obj
 from kuberhealthy.kube.protocols import Api
-
-logger = logging.getLogger(__name__)
+from kuberhealthy.kube.refusals import remove_annotations
 
 RUN_NOW_ANNOTATION = "comcast.github.io/run-now"
 API_MARK = " (api)"  # the end of every value the HTTP handler writes: "<RFC3339> (api)"
@@ -63,15 +59,11 @@ def request_patch(value: str, resource_version: str) -> Obj:
     return {"metadata": meta}
 
 
-def clear(api: Api, namespace: str, name: str, timeout: float = PATCH_TIMEOUT) -> bool:
+def clear(api: Api, namespace: str, name: str, timeout: float = PATCH_TIMEOUT, current: Obj | None = None) -> bool:
     """Remove the annotation (a merge patch with null). False, logged, when the API refused or was away;
-    a khcheck that is gone has nothing to clear."""
-    try:
-        api.merge_patch(KHCHECKS, namespace, name, {"metadata": {"annotations": {RUN_NOW_ANNOTATION: None}}},
-                        timeout=timeout)
-    except NotFound:
-        return True
-    except ApiError as e:
-        logger.warning("Check %s/%s: cannot remove the %s annotation: %s", namespace, name, RUN_NOW_ANNOTATION, e)
-        return False
-    return True
+    a khcheck that is gone has nothing to clear. `current` is the cached khcheck: a version of it the API
+    server refused (422: stored before its CRD validated more, it no longer validates) is logged once and
+    not patched again until the khcheck changes (kube/refusals.py)."""
+    meta = dict((current or {}).get("metadata") or {})
+    meta.update(namespace=namespace, name=name)
+    return remove_annotations(api, KHCHECKS, {"metadata": meta}, [RUN_NOW_ANNOTATION], timeout)

@@ -39,7 +39,7 @@ def create_app(services: WebNeeds, *, caller_wait: float = CALLER_WAIT,
     """The Flask app over running (or about to run) services. `server_collectors` are the HTTP
     server's own metrics (the daemon's worker: connections it closed), exported on /metrics too."""
     app = Flask(__name__, static_folder=None)  # the dashboard serves its own assets (web/dashboard/)
-    cache = StatusCache(services.khstates, services.khjobs).attach()
+    cache = StatusCache(services.khstates, services.khjobs, services.khchecks).attach()
     views = ViewCache(services.khchecks, services.khjobs, services.khstates, services.pods,
                       expose_logs=lambda: services.config.expose_logs).attach()
     report_stats = ReportStats()

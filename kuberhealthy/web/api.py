@@ -14,7 +14,8 @@ answers 202; the leader runs the check and removes the annotation. In order:
   * no khcheck of that name → 404; a khjob of that name (and no khcheck) → 409: a khjob runs once,
     when it is created, and is never run on request;
   * the annotation already set (a request not yet taken up) → 409; a run in flight (the khstate's
-    claim and its pod, as checkview.current_run sees them) → 409;
+    claim and its pod, as checkview.current_run sees them) → 409; the check paused (records/pause.py)
+    → 409, naming the annotation to remove (no HTTP route pauses or resumes a check);
   * the patch is conditional on the cached resourceVersion, so two replicas answering two requests
     at once cannot both say 202: a conflict is looked at again (one read) and retried once;
   * the API server away → 503 with Retry-After; refused otherwise → 500.
@@ -29,10 +30,10 @@ import time
 
 from flask import Blueprint, Response, abort, request
 
-from kuberhealthy.base.errors import ApiError, Conflict, NotFound, is_transient
+from kuberhealthy.base.errors import ApiError, Conflict, Invalid, NotFound, is_transient
 from kuberhealthy.kube import KHCHECKS, Obj
 from kuberhealthy.outputs.events import KIND_CHECK, ObjectRef
-from kuberhealthy.records import runnow
+from kuberhealthy.records import pause, runnow
 from kuberhealthy.web import origin
 from kuberhealthy.web.context import context, plain, requested_namespaces
 from kuberhealthy.web.ratelimit import RateLimiter
@@ -120,6 +121,10 @@ def _requestable(namespace: str, name: str, obj: Obj | None) -> Obj:
         raise _Refused(404, f"no khcheck {namespace}/{name}")
     if runnow.requested(obj) is not None:
         raise _Refused(409, f"a run of {namespace}/{name} was already requested and has not started yet")
+    paused = pause.active(obj, time.time())
+    if paused is not None:
+        raise _Refused(409, f"{namespace}/{name} is paused until {paused.view()['until']}; it runs when the "
+                            f"pause ends or when the {pause.PAUSED_UNTIL} annotation is removed")
     live = current_run(services.khstates.get(namespace, name), services.pods)
     if live is not None:
         raise _Refused(409, f"a run of {namespace}/{name} is in flight (phase {live['phase']}, pod {live['pod']})")
@@ -157,6 +162,9 @@ def _read(namespace: str, name: str, end: float) -> Obj:
 
 
 def _api_refusal(namespace: str, name: str, e: ApiError) -> _Refused:
+    if isinstance(e, Invalid):  # stored before its CRD validated more: no patch passes until the spec is fixed
+        return _Refused(409, f"{namespace}/{name} no longer passes its CRD's validation and cannot be annotated "
+                        f"until its spec is fixed: {str(e)[:300]}")
     if is_transient(e):
         return _Refused(503, f"cannot request a run of {namespace}/{name} right now: {e}", {"Retry-After": RETRY_AFTER})
     logger.error("Run of %s/%s: the annotation patch was refused: %s", namespace, name, e)

@@ -9,11 +9,13 @@ Every replica answers from its own watch caches; no request calls the API. The r
 read from the khstate claim (khstate.RunClaim: the run's pod) and the pod cache, so a standby knows
 it as well as the leader: `currentRun` names its phase, pod and start, never its uuid (a live uuid
 lets a stranger report: docs/interface.md#report-authenticity). `nextRun` is LastRun + runInterval (the leader's
-schedule follows it).
+schedule follows it). A paused check (records/pause.py) shows `paused: {until, reason}` (null when not
+paused, and for jobs) and its `nextRun` is the pause's end, when it runs at once.
 
 ViewCache keeps each entry and its JSON bytes, rebuilt only for the objects that changed (khcheck,
 khjob, khstate or a checker pod of that check): a page of 1,000 checks with full histories is not
-re-serialised per request. What it does not do: decide anything, or serve HTTP (web/api.py).
+re-serialised per request; an entry whose pause ends is rebuilt by the first read after its end. What
+it does not do: decide anything, or serve HTTP (web/api.py).
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from typing import Any
 from kuberhealthy.base.durations import parse_duration
 from kuberhealthy.base.times import format_time, parse_time
 from kuberhealthy.kube import Cache, Obj, key_of
+from kuberhealthy.records import pause
 from kuberhealthy.records.checkpod import pod_check_index
 from kuberhealthy.records.checkspec import DEFAULT_RUN_INTERVAL, DEFAULT_TIMEOUT
 from kuberhealthy.records.history import entries, stats
@@ -79,6 +82,10 @@ def view(kind: str, obj: Obj, state: Obj | None, pods: Cache, now: float, expose
     interval = _seconds(spec.get("runInterval"), DEFAULT_RUN_INTERVAL) if kind == CHECK else None
     last_run = result.last_run if not never else None
     last_unix = parse_time(last_run) if last_run else None
+    paused = pause.active(obj, now) if kind == CHECK else None
+    next_run = (format_time(last_unix + interval) if last_unix is not None and interval else None)
+    if paused is not None:
+        next_run = format_time(paused.until)
     figures = stats(sspec, now)
     out: View = {
         "namespace": str(meta.get("namespace") or ""),
@@ -91,7 +98,7 @@ def view(kind: str, obj: Obj, state: Obj | None, pods: Cache, now: float, expose
         "durationP50": figures.duration_p50,
         "durationP95": figures.duration_p95,
         "lastRun": last_run,
-        "nextRun": (format_time(last_unix + interval) if last_unix is not None and interval else None),
+        "nextRun": next_run,
         "errors": list(result.errors) if not never else [],
         "consecutiveFailures": figures.consecutive_failures,
         "successCount": figures.success_count,
@@ -103,6 +110,7 @@ def view(kind: str, obj: Obj, state: Obj | None, pods: Cache, now: float, expose
         "node": result.node if not never else "",
         "currentRun": current_run(state, pods),
         "history": entries(sspec, expose_logs),
+        "paused": paused.view() if paused is not None else None,
     }
     if kind == JOB:
         out["phase"] = str(spec.get("phase") or "")
@@ -115,7 +123,7 @@ def sort_key(v: View) -> tuple[str, str, str]:
 
 @dataclass
 class Built:
-    version: tuple[str, str, str, bool]  # (object rv, khstate rv, pods rv digest, expose_logs)
+    version: tuple[str, str, str, bool, bool]  # (object rv, khstate rv, pods rv digest, expose_logs, paused)
     view: View
     body: bytes
 
@@ -132,6 +140,7 @@ class ViewCache:
         self._dirty: set[str] = set()  # "<ns>/<name>" whose entries must be rebuilt
         self._all_dirty = True
         self._built: dict[tuple[str, str], Built] = {}  # (kind, key) -> entry
+        self._pause_ends: dict[str, float] = {}  # key -> when the pause its built entry shows ends
         self.rebuilt = 0  # entries rebuilt so far (for tests and figures)
 
     def attach(self) -> ViewCache:
@@ -167,9 +176,14 @@ class ViewCache:
             return [b for (kind, k), b in sorted(self._built.items()) if k == key]
 
     def _refresh(self) -> None:
+        now = self._wall()
         with self._lock:
             all_dirty, dirty = self._all_dirty, self._dirty
             self._all_dirty, self._dirty = False, set()
+            ended = {key for key, until in self._pause_ends.items() if until <= now}
+            dirty |= ended
+            for key in ended:
+                del self._pause_ends[key]
         objects = {(CHECK, key_of(o)): o for o in self._khchecks.list()} if all_dirty else {}
         if all_dirty:
             objects.update({(JOB, key_of(o)): o for o in self._khjobs.list()})
@@ -180,20 +194,23 @@ class ViewCache:
                     obj = cache.get(ns, name)
                     if obj is not None:
                         objects[(kind, key)] = obj
-        now = self._wall()
         expose = self._expose()
         fresh: dict[tuple[str, str], Built | None] = {}
         for (kind, key), obj in objects.items():
             ns, _, name = key.partition("/")
             state = self._khstates.get(ns, name)
             pods_rv = ",".join(sorted(_rv(p) for p in self._pods.by_index("check", key)))
-            version = (_rv(obj), _rv(state), pods_rv, expose)
+            paused = pause.active(obj, now) if kind == CHECK else None
+            version = (_rv(obj), _rv(state), pods_rv, expose, paused is not None)
             with self._lock:
                 old = self._built.get((kind, key))
             if old is not None and old.version == version and not all_dirty:
                 continue
             v = view(kind, obj, state, self._pods, now, expose)
             fresh[(kind, key)] = Built(version, v, json.dumps(v, separators=(",", ":")).encode())
+            if paused is not None:
+                with self._lock:
+                    self._pause_ends[key] = paused.until
         gone: set[tuple[str, str]] = set()
         if not all_dirty:
             for key in dirty:

@@ -162,6 +162,9 @@ class FakeEvents:
     def report_rejected(self, ref: ObjectRef, reason: str) -> bool:
         return self._add("ReportRejected", ref, reason)
 
+    def pause_ignored(self, ref: ObjectRef, annotation: str, value: str) -> bool:
+        return self._add("PauseIgnored", ref, value)
+
 
 # --- services ----------------------------------------------------------------------------------------------
 

@@ -5,9 +5,10 @@ Service's `app` label, the ServiceMonitor's jobLabel), namespace (the release's,
 instance, pod, service, endpoint and container, and, for the check families, the check's own namespace as
 exported_namespace. Each replica exports the same per-check values; the rules must alert once per check
 whatever the number of replicas, the error text or a rolling restart, and KuberhealthyError must fire
-when no replica is scraped healthy. Series samples are one minute apart (promtool's notation: `1x3` is four samples
-of 1, `_x3` three missing ones);
-`stale` is the marker Prometheus writes when a series leaves a scrape or a target goes away.
+when no replica is scraped healthy; a paused check (kuberhealthy_check_paused 1) raises no per-check
+alert. Series samples are one minute apart (promtool's notation: `1x3` is four samples of 1, `_x3`
+three missing ones); `stale` is the marker Prometheus writes when a series leaves a scrape or a target
+goes away.
 """
 from __future__ import annotations
 
@@ -258,6 +259,48 @@ def test_another_release_s_failing_checks_do_not_reach_this_release_s_rules(
     s.quiet(6, 12).run(tmp_path)
 
 
+PER_CHECK_ALERTS = ("KuberhealthyCheckFailing", "KuberhealthyCheckFailingRepeatedly", "KuberhealthyCheckStale")
+
+
+def failing_throughout(s: Scenario, replica: Labels, paused: str, cluster: str, minutes: int = 15) -> Scenario:
+    """A replica scraped healthy whose CHECK has failed 9 runs in a row since its last success at minute 0,
+    with this kuberhealthy_check_paused series (the daemon leaves a paused check out of the cluster state)."""
+    s.replica(replica, f"1x{minutes}", cluster)
+    s.add("kuberhealthy_check", check_labels(replica, "timed out", ok=False), f"0x{minutes}")
+    s.add("kuberhealthy_check_paused", per_check(replica), paused)
+    s.add("kuberhealthy_check_consecutive_failures", per_check(replica), f"9x{minutes}")
+    s.add("kuberhealthy_check_last_success_timestamp_seconds", per_check(replica), f"0x{minutes}")
+    return s.add("kuberhealthy_check_interval_seconds", per_check(replica), f"60x{minutes}")
+
+
+def test_a_failing_paused_check_raises_no_alert_and_alerts_as_usual_once_the_pause_ends(
+        rules: dict[str, Any], tmp_path: Path) -> None:
+    # Paused at minutes 0-5 on both replicas; from minute 6 not paused (and counted in the cluster state).
+    s = Scenario(rules)
+    for r in (A, B):
+        failing_throughout(s, r, paused="1x5 0x10", cluster="1x5 0x10")
+    s.quiet(3, 5)
+    s.expect(6, "KuberhealthyCheckFailingRepeatedly", FAILING, value="9").expect(6, "KuberhealthyCheckStale", FAILING)
+    s.expect(10, "KuberhealthyCheckFailing").expect(10, "ClusterUnhealthy")  # pending since minute 6
+    s.expect(11, "KuberhealthyCheckFailing", FAILING).expect(11, "ClusterUnhealthy", {})
+    s.run(tmp_path)
+
+
+def test_a_pause_seen_by_one_replica_only_keeps_the_check_s_alerts_quiet(
+        rules: dict[str, Any], tmp_path: Path) -> None:
+    # Replica b's khcheck cache has not seen the annotation yet: its series says not paused.
+    s = failing_throughout(Scenario(rules), A, paused="1x15", cluster="1x15")
+    failing_throughout(s, B, paused="0x15", cluster="0x15")
+    s.quiet(6, 12, alerts=PER_CHECK_ALERTS).run(tmp_path)
+
+
+def test_a_pause_of_another_check_does_not_silence_this_one(rules: dict[str, Any], tmp_path: Path) -> None:
+    s = failing_throughout(Scenario(rules), A, paused="0x15", cluster="0x15")
+    s.add("kuberhealthy_check_paused", per_check(A, "apps/other"), "1x15")
+    s.expect(6, "KuberhealthyCheckFailing", FAILING).expect(6, "KuberhealthyCheckFailingRepeatedly", FAILING, value="9")
+    s.expect(6, "KuberhealthyCheckStale", FAILING).run(tmp_path)
+
+
 # --- the Grafana dashboard's panels, on the same series ------------------------------------------------------
 
 DASHBOARD = CHART / "dashboards" / "kuberhealthy.json"
@@ -309,4 +352,18 @@ def test_the_dashboard_counts_each_check_and_job_once_with_two_replicas_and_a_ch
         value(q["Job status"][0], ({"check": "apps/once"}, 0)),
     ]
     s.promql = tests
+    s.run(tmp_path)
+
+
+def test_the_dashboard_s_failing_checks_leave_a_paused_check_out_as_the_alerts_do(
+        rules: dict[str, Any], tmp_path: Path) -> None:
+    q = dashboard_queries()
+    s = Scenario(rules)
+    for r in (A, B):
+        s.replica(r, "1x10", "0x10")
+        s.add("kuberhealthy_check", check_labels(r, "timed out", ok=False), "0x10")
+        s.add("kuberhealthy_check", check_labels(r, "refused", ok=False, check="apps/web"), "0x10")
+        s.add("kuberhealthy_check_paused", per_check(r), "1x10" if r is A else "0x10")  # b has not seen it yet
+        s.add("kuberhealthy_check_paused", per_check(r, "apps/web"), "0x10")
+    s.promql = [{"expr": q["Failing checks"][0], "eval_time": "5m", "exp_samples": [{"labels": "{}", "value": 1}]}]
     s.run(tmp_path)

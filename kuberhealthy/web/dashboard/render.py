@@ -133,7 +133,8 @@ def overview() -> Response:
 
 def _banner(summary: dashview.Banner) -> dict[str, object]:
     return {"healthy": summary.healthy, "headline": summary.headline, "master": summary.master or "none",
-            "running": summary.running, "total": summary.total, "failing": summary.failing}
+            "running": summary.running, "total": summary.total, "failing": summary.failing,
+            "paused": summary.paused}
 
 
 def _not_modified(token: str, same: Callable[[str], bool] | None = None) -> Response | None:

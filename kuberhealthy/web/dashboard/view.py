@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from kuberhealthy.base.durations import parse_duration
-from kuberhealthy.base.times import parse_time
+from kuberhealthy.base.times import format_time, parse_time
+from kuberhealthy.records import pause
 from kuberhealthy.records.history import SKIPPED
 from kuberhealthy.web.views import FAILING, JOB, NEVER_RUN, OK, View
 
@@ -27,6 +28,7 @@ STATE_TEXT = {OK: "OK", FAILING: "Failing", NEVER_RUN: "Never run"}
 MARK_OK, MARK_FAIL, MARK_SKIP = "o", "f", "s"
 GLYPH = {MARK_OK: "\u2713", MARK_FAIL: "\u2717", MARK_SKIP: "\u2013"}  # check mark, ballot x, en dash
 ERROR_CHARS = 300  # of the first error in an overview row (the check page shows all of it)
+PAUSE_EXAMPLE = 3600.0  # seconds: the example pause the check page's command sets (an hour from now)
 
 
 # --- text of numbers and times -------------------------------------------------------------------------
@@ -159,6 +161,9 @@ class Row:
     strip: Strip
     first_error: str
     error_count: int
+    paused_until: str | None = None  # RFC3339, while the check is paused
+    paused_until_text: str = ""
+    paused_reason: str = ""
 
     @property
     def rank(self) -> int:
@@ -183,6 +188,7 @@ def row(v: View, now: float) -> Row:
     errors = [str(e) for e in v.get("errors") or []]
     first = errors[0] if errors else ""
     current = v.get("currentRun") or {}
+    paused = v.get("paused") or {}
     return Row(
         id=row_id(v["kind"], v["namespace"], v["name"]), kind=v["kind"], namespace=v["namespace"],
         name=v["name"], state=v["state"], running=str(current.get("phase") or "") if current else "",
@@ -192,7 +198,9 @@ def row(v: View, now: float) -> Row:
         phase=str(v.get("phase") or ""), duration_text=duration_text(v.get("runDuration")),
         consecutive_failures=int(v.get("consecutiveFailures") or 0), strip=strip(v.get("history") or []),
         first_error=first if len(first) <= ERROR_CHARS else first[:ERROR_CHARS - 1] + "\u2026",
-        error_count=len(errors))
+        error_count=len(errors), paused_until=paused.get("until") if paused else None,
+        paused_until_text=countdown(parse_time(paused.get("until")), now) if paused else "",
+        paused_reason=str(paused.get("reason") or "") if paused else "")
 
 
 @dataclass
@@ -226,10 +234,11 @@ class Banner:
     """The health banner above the overview: how many checks, failing, never run, running; who leads."""
 
     total: int
-    failing: int
+    failing: int  # paused checks left out, as from the status page's top-level OK
     never_run: int
     running: int
     master: str
+    paused: int = 0
 
     @property
     def healthy(self) -> bool:
@@ -240,14 +249,22 @@ class Banner:
         if self.total == 0:
             return "No checks yet"
         if self.failing == 0:
-            return f"All {self.total} OK" if self.never_run == 0 else f"No failures ({self.never_run} not run yet)"
-        return f"{self.failing} of {self.total} failing"
+            text = f"All {self.total} OK" if self.never_run == 0 else f"No failures ({self.never_run} not run yet)"
+            if self.paused:
+                text = f"No failures ({self.paused} paused)" if self.never_run == 0 else \
+                    f"No failures ({self.never_run} not run yet, {self.paused} paused)"
+        else:
+            text = f"{self.failing} of {self.total} failing"
+            if self.paused:
+                text += f" ({self.paused} paused)"
+        return text
 
 
 def banner(views: Sequence[View], master: str) -> Banner:
-    return Banner(total=len(views), failing=sum(1 for v in views if v["state"] == FAILING),
+    return Banner(total=len(views), failing=sum(1 for v in views if v["state"] == FAILING and not v.get("paused")),
                    never_run=sum(1 for v in views if v["state"] == NEVER_RUN),
-                   running=sum(1 for v in views if v.get("currentRun")), master=master)
+                   running=sum(1 for v in views if v.get("currentRun")), master=master,
+                   paused=sum(1 for v in views if v.get("paused")))
 
 
 # --- the filter -------------------------------------------------------------------------------------------
@@ -326,15 +343,30 @@ class Detail:
     last_ok_text: str
     last_failure_text: str
     started_text: str  # of the run in flight
+    resume_command: str = ""  # kubectl: end the pause (while paused)
+    pause_command: str = ""  # kubectl: pause the check for an hour (a check, while not paused)
 
     @property
     def kind(self) -> str:
         return self.row.kind
 
 
+def pause_commands(namespace: str, name: str, now: float) -> tuple[str, str]:
+    """The `kubectl annotate` commands that end a pause, and that pause the check for an hour (pause.py:
+    only an annotation pauses a check, so RBAC decides who may)."""
+    base = f"kubectl -n {namespace} annotate khcheck {name}"
+    resume = f"{base} {pause.PAUSED_UNTIL}- {pause.PAUSED_REASON}-"
+    start = (f"{base} {pause.PAUSED_UNTIL}={format_time(now + PAUSE_EXAMPLE)} "
+             f"{pause.PAUSED_REASON}='<why>' --overwrite")
+    return resume, start
+
+
 def detail(v: View, obj: Mapping[str, Any] | None, now: float) -> Detail:
     current = v.get("currentRun") or {}
+    resume, start = pause_commands(v["namespace"], v["name"], now) if v["kind"] != JOB else ("", "")
+    paused = bool(v.get("paused"))
     return Detail(view=v, row=row(v, now), images=images(obj), runs=runs(v.get("history") or [], now),
                   last_ok_text=relative(parse_time(v.get("lastOK")), now),
                   last_failure_text=relative(parse_time(v.get("lastFailure")), now),
-                  started_text=relative(parse_time(current.get("started")), now))
+                  started_text=relative(parse_time(current.get("started")), now),
+                  resume_command=resume if paused else "", pause_command=start if not paused else "")

@@ -17,6 +17,7 @@ restarts and leader changes, and every replica exports the same values):
   kuberhealthy_check_last_success_timestamp_seconds  lastOK (unix seconds; absent until the first OK run)
   kuberhealthy_check_interval_seconds                the khcheck's runInterval
   kuberhealthy_check_runs_total{result="ok|failed"}  judged runs (skipped ones: kuberhealthy_runs_skipped_total)
+  kuberhealthy_check_paused                          1 while the khcheck's paused-until time is ahead, else 0
 Jobs are left out (they run once; a job and a check of the same name share a khstate). And
 `kuberhealthy_influx_points_dropped_total`, points this process gave up on (influx.py).
 """
@@ -151,6 +152,9 @@ class CheckStatsCollector(Collector):
                                      labels=labels)
         runs = CounterMetricFamily("kuberhealthy_check_runs", "Judged runs of the check, by result (persisted)",
                                    labels=[*labels, "result"])
+        paused = GaugeMetricFamily("kuberhealthy_check_paused",
+                                   "1 while the check is paused (its paused-until annotation is ahead), else 0",
+                                   labels=labels)
         for entry in self._entries():
             if entry.get("kind") != "check":
                 continue
@@ -163,7 +167,8 @@ class CheckStatsCollector(Collector):
             interval.add_metric(values, _number(entry.get("interval")))
             runs.add_metric([*values, "ok"], _number(entry.get("successCount")))
             runs.add_metric([*values, "failed"], _number(entry.get("failureCount")))
-        yield from (failures, last_ok, interval, runs)
+            paused.add_metric(values, 1.0 if entry.get("paused") else 0.0)
+        yield from (failures, last_ok, interval, runs, paused)
 
 
 def _number(value: object) -> float:

@@ -10,20 +10,24 @@ seconds, omitted when unset). Those encodings are gojson.py's; this module lays 
 Rules (as v2): khstates with an empty AuthoritativePod never ran and are hidden; top-level OK is false
 and Errors collects every non-blank error of the visible khstates as soon as one has any. Ours: a
 khstate belongs under JobDetails when a khjob of that name exists (or the khstate says
-`khWorkload: KHJob`), otherwise under CheckDetails; top-level errors are in key order.
+`khWorkload: KHJob`), otherwise under CheckDetails; top-level errors are in key order. A paused check
+(records/pause.py: its khcheck's paused-until time is ahead) keeps its CheckDetails entry but is left
+out of the top-level OK and Errors (and so of kuberhealthy_cluster_state).
 
 StatusCache keeps one rendered fragment per khstate (memoised by resourceVersion) and rebuilds the
-summary only after a reflector listener marked the cache changed, at most once per change, never per
-request. It reads caches; it never calls the API and knows nothing about HTTP.
+summary only after a reflector listener marked the cache changed (or a pause it knows of ended), at
+most once per change, never per request. It reads caches; it never calls the API and knows nothing about HTTP.
 """
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
 from kuberhealthy.kube import Obj
+from kuberhealthy.records import pause
 from kuberhealthy.records.khstate import WORKLOAD_JOB, RunClaim, finished_uuid
 from kuberhealthy.web.status.gojson import go_json_string, go_time, is_blank, valid_text
 
@@ -113,15 +117,18 @@ class StatusSummary:
 EMPTY = StatusSummary(ok=True, errors=(), checks=(), jobs=())
 
 
-def summarize(entries: Iterable[Details], namespaces: Collection[str] | None = None) -> StatusSummary:
-    """Hide never-run khstates, apply the namespace filter, gather the errors. `entries` in key order."""
+def summarize(entries: Iterable[Details], namespaces: Collection[str] | None = None,
+              paused: Collection[str] = ()) -> StatusSummary:
+    """Hide never-run khstates, apply the namespace filter, gather the errors (not those of the checks
+    whose keys are in `paused`). `entries` in key order."""
     checks: list[Details] = []
     jobs: list[Details] = []
     for d in entries:
         if not d.ran or (namespaces and d.namespace not in namespaces):
             continue
         (jobs if d.is_job else checks).append(d)
-    errors = tuple(e for d in (*checks, *jobs) for e in (d.errors or ()) if not is_blank(e))
+    counted = [d for d in checks if d.key not in paused] if paused else checks
+    errors = tuple(e for d in (*counted, *jobs) for e in (d.errors or ()) if not is_blank(e))
     return StatusSummary(ok=not errors, errors=errors, checks=tuple(checks), jobs=tuple(jobs))
 
 
@@ -170,12 +177,29 @@ def _is_job(obj: Obj, khjobs: Store | None) -> bool:
     return khjobs.get(str(meta.get("namespace", "")), str(meta.get("name", ""))) is not None
 
 
-class StatusCache:
-    """The summary and page bytes, rebuilt lazily after the khstate (or khjob) cache changed."""
+def paused_checks(khchecks: Store | None, now: float) -> tuple[frozenset[str], float]:
+    """The keys of the khchecks paused at `now`, and when the first of those pauses ends (inf if none)."""
+    keys: set[str] = set()
+    ends = float("inf")
+    for obj in khchecks.list() if khchecks is not None else ():
+        p = pause.active(obj, now)
+        if p is not None:
+            meta = obj.get("metadata") or {}
+            keys.add(valid_text(f"{meta.get('namespace', '')}/{meta.get('name', '')}"))
+            ends = min(ends, p.until)
+    return frozenset(keys), ends
 
-    def __init__(self, khstates: Store, khjobs: Store | None = None) -> None:
+
+class StatusCache:
+    """The summary and page bytes, rebuilt lazily after the khstate (or khjob, khcheck) cache changed."""
+
+    def __init__(self, khstates: Store, khjobs: Store | None = None, khchecks: Store | None = None,
+                 wall: Callable[[], float] = time.time) -> None:
         self._khstates = khstates
         self._khjobs = khjobs
+        self._khchecks = khchecks  # their pause annotations
+        self._wall = wall
+        self._paused: tuple[frozenset[str], float] = (frozenset(), float("inf"))  # of the built summary
         self._lock = threading.Lock()  # guards the fields below
         self._build_lock = threading.Lock()  # one rebuild at a time
         self._generation = 0  # bumped by every cache change
@@ -189,6 +213,8 @@ class StatusCache:
         self._khstates.add_listener(self._changed)
         if self._khjobs is not None:
             self._khjobs.add_listener(self._changed)
+        if self._khchecks is not None:
+            self._khchecks.add_listener(self._changed)
         return self
 
     def _changed(self, _etype: str, _obj: Obj, _prev: Obj | None) -> None:
@@ -197,18 +223,21 @@ class StatusCache:
 
     def _current(self) -> tuple[int, StatusSummary, tuple[Details, ...]]:
         built = self._built
-        if built[0] == self._generation:
+        if built[0] == self._generation and self._wall() < self._paused[1]:
             return built
         with self._build_lock:
             with self._lock:
+                if self._wall() >= self._paused[1]:  # a pause ended: the summary counts that check again
+                    self._generation += 1
                 generation = self._generation
             built = self._built
             if built[0] == generation:
                 return built
             entries = self._entries()
-            built = (generation, summarize(entries), entries)
+            paused = paused_checks(self._khchecks, self._wall())
+            built = (generation, summarize(entries, paused=paused[0]), entries)
             with self._lock:
-                self._built = built
+                self._built, self._paused = built, paused
             return built
 
     def _entries(self) -> tuple[Details, ...]:
@@ -235,7 +264,7 @@ class StatusCache:
         """The status page bytes; the unfiltered page is cached until the caches or the master change."""
         generation, summary, entries = self._current()
         if namespaces:
-            return render(summarize(entries, namespaces), current_master)
+            return render(summarize(entries, namespaces, self._paused[0]), current_master)
         page = self._page
         if page[0] == generation and page[1] == current_master:
             return page[2]
