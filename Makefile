@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: help venv testbed demo test test-unit e2e test-slow lint bench scale faults image image-test image-tools screenshots attack demo-node node-start node-stop node-status clean checkclient-sync release-test
+.PHONY: help venv testbed demo test test-unit e2e test-slow lint bench scale faults image image-test image-tools screenshots attack demo-node node-start node-stop node-status clean checkclient-sync release-test release-build release-push
 
 help:
 	@echo "make demo    - local API server + sample checks + simulated kubelet + the daemon"
@@ -14,6 +14,7 @@ help:
 	@echo "make e2e     - the chart on a real single-node Kubernetes (root): images, helm install, real pods"
 	@echo "make test-slow - the long tests kept out of make test (the soak)"
 	@echo "make lint    - ruff, mypy (strict) and import-linter (the layers), at pinned versions"
+	@echo "make release-test - the release rehearsed: wheels, sdist, image, chart; a registry on 127.0.0.1; helm install from it; pip install --no-index (part of make test)"
 	@echo "make checkclient-sync - copy the checker client's source (clients/python) to kuberhealthy/checkclient.py"
 	@echo "make bench   - performance figures (run overhead, API calls per run, HTTP throughput, dashboard)"
 	@echo "make screenshots - the dashboard (light, dark, phone) from the demo, into docs/"
@@ -121,3 +122,17 @@ clean:
 # is its byte-identical copy (tests/unit/test_checkclient_copy.py fails when they differ).
 checkclient-sync:
 	cp clients/python/src/kuberhealthy_checkclient/__init__.py kuberhealthy/checkclient.py
+
+# The release rehearsed (docs/release.md): the sdist and wheels, the image, the chart package; Debian's
+# docker-registry on 127.0.0.1; push, helm install from it (test bed, and the real node where one can
+# start), pip install --no-index into fresh venvs. Part of `make test` (tests/integration/test_release.py).
+# RELEASE_ARGS: --node never|always, --node-lock FILE, --out DIR. Prints a time budget per step.
+release-test: venv testbed image-tools
+	$(BIN)/python -m testbed.release rehearse $(RELEASE_ARGS)
+
+# The release workflow's steps (.github/workflows/release.yml): build into dist/, push the image and chart.
+release-build: venv
+	$(BIN)/python -m testbed.release build $(RELEASE_ARGS)
+
+release-push: venv
+	$(BIN)/python -m testbed.release push $(RELEASE_ARGS)

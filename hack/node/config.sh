@@ -63,6 +63,10 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         BinaryName = "$(command -v runc)"
         Root = "$d/runc"
         SystemdCgroup = false
+  # Registries: a certs.d/<host:port>/hosts.toml per registry (e.g. a plain-HTTP one, the release
+  # rehearsal's: testbed/release.py writes it). Read at each pull, so it may be written while we run.
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "$d/containerd/certs.d"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = "$d/cni/net.d"
