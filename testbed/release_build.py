@@ -10,7 +10,6 @@ It imports nothing of `kuberhealthy` (the release is tested as users get it).
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -19,14 +18,14 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-import time
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import yaml
 
+from testbed.budget import TimeBudget
 from testbed.helm import Helm
 from testbed.paths import CHART, REPO
 
@@ -47,30 +46,15 @@ class ReleaseError(RuntimeError):
     """A step failed; the message says which and why."""
 
 
-@dataclass
-class Budget:
-    """Seconds per step, said as each ends and together by summary()."""
+def _print(text: str) -> None:
+    print(f"[release] {text}", flush=True)
 
-    say: Callable[[str], None] = field(default=lambda text: print(f"[release] {text}", flush=True))
-    spent: dict[str, float] = field(default_factory=dict)
 
-    @contextlib.contextmanager
-    def part(self, name: str) -> Iterator[None]:
-        started = time.monotonic()
-        try:
-            yield
-        finally:
-            self.spent[name] = self.spent.get(name, 0.0) + time.monotonic() - started
-            self.say(self.line(name))
+class Budget(TimeBudget):
+    """Seconds per step (BUDGETS), said as each ends (printed, unless `say` is given) and by summary()."""
 
-    def line(self, name: str) -> str:
-        spent, budget = self.spent.get(name, 0.0), BUDGETS[name]
-        return f"{name}: {spent:.0f} s of a {budget:.0f} s budget" + (" -- OVER BUDGET" if spent > budget else "")
-
-    def summary(self) -> str:
-        parts = [self.line(n) for n in BUDGETS if n in self.spent]
-        total = sum(self.spent.values())
-        return f"time budget: {'; '.join(parts)}; total {total:.0f} s"
+    def __init__(self, say: Callable[[str], None] = _print) -> None:
+        super().__init__(BUDGETS, say)
 
 
 @dataclass

@@ -13,61 +13,36 @@ tests resolves that name with `hostAliases` (tests/e2e/README.md).
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
+from testbed.budget import TimeBudget
 from testbed.e2e import E2E, chart_values, helm_binary, import_images, kubectl_from_env
 from testbed.e2e_images import Built, build_all
 from testbed.helm import Helm
 from testbed.node import NODE_SH, RealNode, RealNodeError
+from testbed.terminal import say
 
 # Seconds each part may take on a cold machine (2 cores): the node's binaries (Debian's 1.20.2 tree,
 # shared with the API-server test bed), the images, the helm install, the tests themselves.
 BUDGETS = {"binaries": 480.0, "images": 480.0, "install": 180.0, "tests": 900.0}
 
 
-@dataclass
-class Budget:
-    """Seconds per part, printed as each ends and together at the end of the session."""
+class Budget(TimeBudget):
+    """Seconds per part (BUDGETS), printed as each ends and together at the end of the session."""
 
-    config: pytest.Config
-    spent: dict[str, float] = field(default_factory=dict)
+    def __init__(self, config: pytest.Config) -> None:
+        super().__init__(BUDGETS, self._say)
+        self.config = config
 
-    def say(self, text: str) -> None:
-        reporter = self.config.pluginmanager.getplugin("terminalreporter")
-        capture = self.config.pluginmanager.getplugin("capturemanager")
-        if reporter is None:
-            print(f"[e2e] {text}")
-            return
-        with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
-            reporter.ensure_newline()
-            reporter.write_line(f"[e2e] {text}")
-
-    @contextlib.contextmanager
-    def part(self, name: str) -> Iterator[None]:
-        started = time.monotonic()
-        try:
-            yield
-        finally:
-            self.spent[name] = self.spent.get(name, 0.0) + time.monotonic() - started
-            self.say(self.line(name))
-
-    def line(self, name: str) -> str:
-        spent, budget = self.spent.get(name, 0.0), BUDGETS[name]
-        return f"{name}: {spent:.0f} s of a {budget:.0f} s budget" + (" -- OVER BUDGET" if spent > budget else "")
-
-    def summary(self) -> str:
-        parts = [self.line(n) for n in BUDGETS if n in self.spent]
-        total = sum(self.spent.values())
-        return f"time budget: {'; '.join(parts)}; total {total:.0f} s of {sum(BUDGETS.values()):.0f} s"
+    def _say(self, text: str) -> None:
+        say(self.config, "e2e", text)
 
 
 def _skip_or_fail(reason: str) -> None:

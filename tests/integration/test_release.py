@@ -15,7 +15,6 @@ KH_NODE_LOCK names a file to flock around it when several people share the machi
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import subprocess
 from pathlib import Path
@@ -29,23 +28,13 @@ from testbed.node import RealNode
 from testbed.registry import RegistryError, ensure_installed
 from testbed.release import rehearse, write_hosts_toml
 from testbed.release_build import IMAGE_PATH, IMAGE_SH, Budget, project_version
+from testbed.terminal import say
 
 
 def _skip_or_fail(reason: str) -> None:
     if os.environ.get("CI") == "true":
         pytest.fail(f"CI=true and the release rehearsal cannot run: {reason}", pytrace=False)
     pytest.skip(reason)
-
-
-def _say(config: pytest.Config, text: str) -> None:
-    reporter = config.pluginmanager.getplugin("terminalreporter")
-    capture = config.pluginmanager.getplugin("capturemanager")
-    if reporter is None:
-        print(f"[release] {text}")
-        return
-    with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
-        reporter.ensure_newline()
-        reporter.write_line(f"[release] {text}")
 
 
 @pytest.mark.timeout(2400)
@@ -63,12 +52,12 @@ def test_the_release_is_built_pushed_to_a_local_registry_installed_from_it_and_p
         _skip_or_fail(str(e))
     assert binary is not None
 
-    budget = Budget(say=lambda text: _say(request.config, text))
+    budget = Budget(say=lambda text: say(request.config, "release", text))
     try:
         seen = rehearse(budget, Helm(binary, tmp_path / "helm"), out=tmp_path / "out", cluster=cluster,
                         node=os.environ.get("KH_RELEASE_NODE", "auto"), node_lock=os.environ.get("KH_NODE_LOCK", ""))
     finally:
-        _say(request.config, budget.summary())
+        say(request.config, "release", budget.summary())
     version = project_version()
     assert seen["artifacts"]["wheel"] == f"kuberhealthy-{version}-py3-none-any.whl"
     assert seen["artifacts"]["sdist"] == f"kuberhealthy-{version}.tar.gz"

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,8 +19,9 @@ from kuberhealthy.control.workers import CheckWorker
 from kuberhealthy.kube import KHCHECKS, KHSTATES, PODS, Obj
 from kuberhealthy.records import khstate, pause, runnow
 from kuberhealthy.records.checkspec import CheckSpec
-from kuberhealthy.run.runner import Outcome, Phase, Runner, RunResult
+from kuberhealthy.run.runner import Runner
 from testbed.fakes import NS, FakeServices, khcheck, khstate_of, report
+from testbed.fakes.gate import Gate
 
 JOIN = 5.0  # seconds
 HOUR = 3600.0
@@ -70,41 +70,6 @@ def test_only_a_change_of_either_pause_annotation_counts_as_a_pause_change() -> 
 
 
 # --- the leader ---------------------------------------------------------------------------------------------
-
-class Gate:
-    """The controller's runner factory: each run records itself and lasts until release()."""
-
-    def __init__(self, services: FakeServices) -> None:
-        self.services = services
-        self.started = 0
-        self.stopped_runs = 0  # runs that ended because their stop event was set
-        self._lock = threading.Lock()
-        self._release = threading.Event()
-
-    def __call__(self, _services: object, spec: CheckSpec, stop: threading.Event) -> Gate.Run:
-        return Gate.Run(self, stop)
-
-    class Run:
-        def __init__(self, gate: Gate, stop: threading.Event) -> None:
-            self.gate, self.stop = gate, stop
-
-        def wake(self) -> None:
-            self.gate._release.set()
-
-        def run(self) -> RunResult:
-            with self.gate._lock:
-                self.gate.started += 1
-            self.gate.services.activity.touch()
-            self.gate._release.wait()
-            with self.gate._lock:
-                self.gate._release.clear()
-                self.gate.stopped_runs += self.stop.is_set()
-            self.gate.services.activity.touch()
-            return RunResult(Outcome.REPORTED, str(uuid.uuid4()), Phase.DONE)
-
-    def release(self) -> None:
-        self._release.set()
-
 
 @pytest.fixture
 def gate(fake_services: FakeServices) -> Gate:

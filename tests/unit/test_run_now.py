@@ -4,8 +4,6 @@ and CheckRunRequested is raised once per request (runnow.py). Runs are stand-ins
 test lets them end."""
 from __future__ import annotations
 
-import threading
-import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -14,44 +12,10 @@ from kuberhealthy.base.times import format_datetime, utcnow
 from kuberhealthy.control.controller import Controller
 from kuberhealthy.kube import KHCHECKS, KHSTATES, Obj
 from kuberhealthy.records import runnow
-from kuberhealthy.records.checkspec import CheckSpec
-from kuberhealthy.run.runner import Outcome, Phase, RunResult
 from testbed.fakes import NS, FakeServices, khcheck, khstate_of
+from testbed.fakes.gate import Gate
 
 JOIN = 5.0  # seconds
-
-
-class Gate:
-    """The controller's runner factory: each run records itself and lasts until release()."""
-
-    def __init__(self, services: FakeServices) -> None:
-        self.services = services
-        self.started = 0
-        self._lock = threading.Lock()
-        self._release = threading.Event()
-
-    def __call__(self, _services: object, spec: CheckSpec, stop: threading.Event) -> Gate.Run:
-        return Gate.Run(self, stop)
-
-    class Run:
-        def __init__(self, gate: Gate, stop: threading.Event) -> None:
-            self.gate, self.stop = gate, stop
-
-        def wake(self) -> None:
-            self.gate._release.set()
-
-        def run(self) -> RunResult:
-            with self.gate._lock:
-                self.gate.started += 1
-            self.gate.services.activity.touch()
-            self.gate._release.wait()
-            with self.gate._lock:
-                self.gate._release.clear()
-            self.gate.services.activity.touch()
-            return RunResult(Outcome.REPORTED, str(uuid.uuid4()), Phase.DONE)
-
-    def release(self) -> None:
-        self._release.set()
 
 
 @pytest.fixture
