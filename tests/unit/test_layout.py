@@ -17,7 +17,7 @@ PLUGIN = "testbed.pytest_plugin"
 # The test bed modules that may import kuberhealthy: the in-process daemon wrapper and the in-memory fakes
 # of the product's seams (used by unit tests only; the contract tests import neither).
 PRODUCT_AWARE = {"testbed.inprocess", "testbed.fakes.api", "testbed.fakes.cache",
-                 "testbed.fakes.clock", "testbed.fakes.readouts", "testbed.fakes.world"}
+                 "testbed.fakes.clock", "testbed.fakes.gate", "testbed.fakes.readouts", "testbed.fakes.world"}
 
 
 def _all_modules() -> dict[str, Path]:
