@@ -48,7 +48,7 @@ demo: venv testbed
 
 # The same demo on the real single node (root): the image, the chart, checkers in real containers.
 demo-node: venv testbed image-tools
-	$(BIN)/python -m testbed.demo_node $(DEMO_ARGS)
+	$(BIN)/python -m testbed.demo.node $(DEMO_ARGS)
 
 # Lint first: a layer broken or a type error fails in seconds, before the ~10 min of tests. Then the
 # end-to-end tests on the real node, as their own pytest run (the same as `make e2e`, below).
@@ -69,7 +69,7 @@ test-slow: venv testbed
 	$(BIN)/python -m pytest -q tests -m slow
 
 lint: venv
-	$(BIN)/ruff check kuberhealthy tests bench examples testbed clients
+	$(BIN)/ruff check kuberhealthy tests bench examples testbed clients release
 	$(BIN)/mypy
 	$(BIN)/mypy clients/python/src/kuberhealthy_checkclient
 	$(BIN)/lint-imports --no-cache
@@ -79,7 +79,7 @@ bench: venv testbed
 
 # The dashboard in headless chromium (Debian's, installed by hack/tools.sh) from the demo: docs/*.png.
 screenshots: venv testbed
-	$(BIN)/python -m testbed.screenshots
+	$(BIN)/python -m testbed.demo.screenshots
 
 scale: venv testbed
 	$(BIN)/python -m bench.scale $(SCALE_ARGS)
@@ -90,7 +90,7 @@ attack: venv testbed
 	$(BIN)/python -m bench.attack $(ATTACK_ARGS)
 
 faults: venv testbed
-	$(BIN)/python -m bench.faults $(FAULTS_ARGS)
+	$(BIN)/python -m bench.faults_bench $(FAULTS_ARGS)
 
 # The image: `make image` builds it with whatever engine exists; `make image-test` (also run by
 # `make test`, whose pytest run includes tests/integration/test_image.py) builds it without a registry
@@ -128,11 +128,11 @@ checkclient-sync:
 # start), pip install --no-index into fresh venvs. Part of `make test` (tests/integration/test_release.py).
 # RELEASE_ARGS: --node never|always, --node-lock FILE, --out DIR. Prints a time budget per step.
 release-test: venv testbed image-tools
-	$(BIN)/python -m testbed.release rehearse $(RELEASE_ARGS)
+	$(BIN)/python -m release rehearse $(RELEASE_ARGS)
 
 # The release workflow's steps (.github/workflows/release.yml): build into dist/, push the image and chart.
 release-build: venv
-	$(BIN)/python -m testbed.release build $(RELEASE_ARGS)
+	$(BIN)/python -m release build $(RELEASE_ARGS)
 
 release-push: venv
-	$(BIN)/python -m testbed.release push $(RELEASE_ARGS)
+	$(BIN)/python -m release push $(RELEASE_ARGS)

@@ -19,10 +19,10 @@ from typing import Any
 from kuberhealthy.kube.reflector import drop_managed_fields
 from kuberhealthy.records.checkpod import build_pod, slim_pod
 from kuberhealthy.records.checkspec import CheckSpec
-from testbed.builders import pods_path
-from testbed.cluster import cleanup, start_cluster
-from testbed.crds import install_crds
-from testbed.objects import create_namespace
+from testbed.cluster.apiserver import cleanup, start_cluster
+from testbed.cluster.builders import pods_path
+from testbed.cluster.crds import install_crds
+from testbed.cluster.objects import create_namespace
 from testbed.sim.kubelet import SimKubelet
 
 POD_SPEC: dict[str, Any] = {

@@ -3,7 +3,7 @@ chromium, its weight and requests, and what a live poll costs.
 
 `python -m bench.dashboard_bench` prints figures and asserts nothing (the target: rendered in under 1 s).
 The app is the real one (create_app) over static caches (no API server), served by a threaded werkzeug
-server on loopback; the browser is Debian's chromium (testbed/browser.py).
+server on loopback; the browser is Debian's chromium (testbed/clients/browser.py).
 
 1. Server: GET /dashboard, median of a few, identity and gzip: time and bytes.
 2. Browser, cold cache (median of --loads): time to first byte, first contentful paint, DOMContentLoaded
@@ -27,8 +27,8 @@ import requests
 from bench.web_bench import StaticStore, StubServices
 from kuberhealthy.base.times import format_time
 from kuberhealthy.web import create_app
-from testbed import browser
-from testbed.inprocess import serve
+from testbed.clients import browser
+from testbed.daemons.inprocess import serve
 
 NAV = """
 const n = performance.getEntriesByType('navigation')[0];

@@ -1,7 +1,7 @@
 """Figures on the real node beside the simulated test bed. Prints a table; asserts nothing. Root only.
 
-Real node (hack/node/node.sh via testbed.node.RealNode, the images of testbed.e2e_images, the chart
-installed as the e2e session does it: testbed.e2e.chart_values):
+Real node (hack/node/node.sh via testbed.node.realnode.RealNode, the images of testbed.node.images, the chart
+installed as the e2e session does it: testbed.node.e2e.chart_values):
   helm install → first OK   from the `helm install` call until the khstate of a good check (applied
                             right after `helm install` returns: its podSpec needs the Service's ClusterIP
                             for hostAliases) records an OK run.
@@ -47,7 +47,7 @@ from kuberhealthy.base.durations import parse_duration
 from kuberhealthy.base.times import parse_time
 from kuberhealthy.kube.client import USER_AGENT
 from kuberhealthy.records.checkpod import CHECK_NAME_LABEL, RUN_ID_LABEL
-from testbed.e2e import (
+from testbed.node.e2e import (
     E2E,
     FINISHED,
     chart_values,
@@ -57,9 +57,9 @@ from testbed.e2e import (
     kubectl_from_env,
     poll,
 )
-from testbed.e2e_images import PREFIX, TAG, build_all
-from testbed.helm import Helm
-from testbed.node import RealNode, RealNodeError
+from testbed.node.images import PREFIX, TAG, build_all
+from testbed.node.realnode import RealNode, RealNodeError
+from testbed.tools.helm import Helm
 
 SHELL = f"{PREFIX}/shell-check:{TAG}"
 TIMED, PULSE = "bench-timed", "bench-pulse"

@@ -18,10 +18,10 @@ from collections import Counter
 
 from kuberhealthy.kube.client import USER_AGENT
 from kuberhealthy.run.runner import Outcome, Runner
-from testbed.cluster import cleanup, start_cluster
-from testbed.crds import install_crds
-from testbed.inprocess import InProcessDaemon, check_spec
-from testbed.objects import create_namespace
+from testbed.cluster.apiserver import cleanup, start_cluster
+from testbed.cluster.crds import install_crds
+from testbed.cluster.objects import create_namespace
+from testbed.daemons.inprocess import InProcessDaemon, check_spec
 from testbed.sim.kubelet import SimKubelet
 
 

@@ -87,14 +87,14 @@ from bench.scalereport import (
     sim_figures,
     targets,
 )
-from testbed.builders import khc, khcheck, khs, pods_path
-from testbed.cluster import ADMIN_TOKEN, TestCluster, start_cluster
-from testbed.crds import install_crds
-from testbed.daemon import DaemonProcess
-from testbed.objects import create_namespace
+from testbed.clients.rawhttp import request
+from testbed.cluster.apiserver import ADMIN_TOKEN, TestCluster, start_cluster
+from testbed.cluster.builders import khc, khcheck, khs, pods_path
+from testbed.cluster.crds import install_crds
+from testbed.cluster.objects import create_namespace
+from testbed.daemons.process import DaemonProcess
 from testbed.paths import REPO
 from testbed.procs import end_group
-from testbed.rawhttp import request
 
 HOST = "127.0.0.1"
 DAEMON_AGENT = "kuberhealthy/"

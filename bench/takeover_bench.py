@@ -16,11 +16,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from testbed.builders import CHECK_LABEL, khc, khcheck, khs, lease_path, pods_path
-from testbed.cluster import TestCluster, cleanup, start_cluster
-from testbed.crds import install_crds
-from testbed.daemon import DaemonProcess
-from testbed.objects import create_namespace, get_or_none
+from testbed.cluster.apiserver import TestCluster, cleanup, start_cluster
+from testbed.cluster.builders import CHECK_LABEL, khc, khcheck, khs, lease_path, pods_path
+from testbed.cluster.crds import install_crds
+from testbed.cluster.objects import create_namespace, get_or_none
+from testbed.daemons.process import DaemonProcess
 from testbed.sim.kubelet import SimKubelet
 
 

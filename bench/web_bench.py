@@ -45,11 +45,11 @@ from kuberhealthy.kube import Kube, Notifier
 from kuberhealthy.outputs.runstats import SchedulingMetrics
 from kuberhealthy.records.history import RunRecord, apply_run
 from kuberhealthy.web import create_app
-from testbed.builders import checker_pod, khs, khstate, pods_path
-from testbed.cluster import cleanup, start_cluster
-from testbed.crds import install_crds
-from testbed.loopback import free_port, pod_ip
-from testbed.objects import create_namespace, set_pod_status
+from testbed.cluster.apiserver import cleanup, start_cluster
+from testbed.cluster.builders import checker_pod, khs, khstate, pods_path
+from testbed.cluster.crds import install_crds
+from testbed.cluster.loopback import free_port, pod_ip
+from testbed.cluster.objects import create_namespace, set_pod_status
 
 HOST = "127.0.0.1"
 

@@ -15,7 +15,7 @@ command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 [ -x /usr/bin/chromedriver ] || missing+=(chromium-driver)
 [ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || missing+=(fonts-dejavu-core)
-# The release rehearsal's registry (testbed/registry.py starts it by hand; apt starts no services here).
+# The release rehearsal's registry (release/registry.py starts it by hand; apt starts no services here).
 [ -x /usr/bin/docker-registry ] || missing+=(docker-registry)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "== apt-get install ${missing[*]}"

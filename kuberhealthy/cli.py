@@ -1,6 +1,6 @@
 """Command line: parse flags, load and validate config, set up logging, run the server; or, as
-`kuberhealthy stop-release`, stop a release's daemons before `helm uninstall` (daemon/release.py); or, as
-`kuberhealthy check-service`, the chart's `helm test` (daemon/selftest.py).
+`kuberhealthy stop-release`, stop a release's daemons before `helm uninstall` (daemon/stoprelease.py); or, as
+`kuberhealthy check-service`, the chart's `helm test` (daemon/checkservice.py).
 
 The only module that exits the process. A bad config value or an unusable kubeconfig is one line on
 stderr naming the key, and exit code 2; nothing half-starts.
@@ -14,9 +14,9 @@ import sys
 from kuberhealthy import __version__
 from kuberhealthy.base.config import DEFAULT_CONFIG_PATH, Config, load
 from kuberhealthy.base.errors import ConfigError
-from kuberhealthy.daemon import selftest
-from kuberhealthy.daemon.release import stop_release
+from kuberhealthy.daemon import checkservice
 from kuberhealthy.daemon.server import serve
+from kuberhealthy.daemon.stoprelease import stop_release
 from kuberhealthy.kube import Kube, Resources
 
 EXIT_CONFIG = 2
@@ -114,21 +114,21 @@ def parse_check_service_args(argv: list[str]) -> argparse.Namespace:
                    help="environment variable holding the Service's address (e.g. KUBERHEALTHY_SERVICE_HOST)")
     p.add_argument("--port-env", metavar="VAR", default=None,
                    help="environment variable holding the Service's port (e.g. KUBERHEALTHY_SERVICE_PORT)")
-    p.add_argument("--timeout", type=float, default=selftest.DEFAULT_TIMEOUT, metavar="SECONDS",
-                   help=f"give up after this long (default {selftest.DEFAULT_TIMEOUT:.0f})")
-    p.add_argument("--interval", type=float, default=selftest.RETRY_INTERVAL, metavar="SECONDS",
-                   help=f"seconds between attempts (default {selftest.RETRY_INTERVAL:.0f})")
+    p.add_argument("--timeout", type=float, default=checkservice.DEFAULT_TIMEOUT, metavar="SECONDS",
+                   help=f"give up after this long (default {checkservice.DEFAULT_TIMEOUT:.0f})")
+    p.add_argument("--interval", type=float, default=checkservice.RETRY_INTERVAL, metavar="SECONDS",
+                   help=f"seconds between attempts (default {checkservice.RETRY_INTERVAL:.0f})")
     return p.parse_args(argv)
 
 
 def check_service_main(argv: list[str]) -> int:
     args = parse_check_service_args(argv)
     try:
-        base = selftest.base_url(args.url, args.host_env, args.port_env)
-    except selftest.UsageError as e:
+        base = checkservice.base_url(args.url, args.host_env, args.port_env)
+    except checkservice.UsageError as e:
         print(f"kuberhealthy {CHECK_SERVICE}: error: {e}", file=sys.stderr)
         return EXIT_CONFIG
-    outcome = selftest.check_service(base, deadline=args.timeout, interval=args.interval)
+    outcome = checkservice.check_service(base, deadline=args.timeout, interval=args.interval)
     print(outcome.line, flush=True)
     return 0 if outcome.ok else 1
 

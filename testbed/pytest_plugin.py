@@ -24,14 +24,14 @@ from typing import Any
 
 import pytest
 
-from testbed.cluster import TestCluster, cleanup, start_cluster
-from testbed.crds import install_crds
-from testbed.daemon import DaemonProcess
-from testbed.helm import Helm, find_helm
-from testbed.influxd import INFLUXD, InfluxD, start_influxd
-from testbed.objects import create_namespace
+from testbed.cluster.apiserver import TestCluster, cleanup, start_cluster
+from testbed.cluster.crds import install_crds
+from testbed.cluster.objects import create_namespace
+from testbed.daemons.process import DaemonProcess
 from testbed.sim.kubelet import SimKubelet
 from testbed.sim.receiver import ReportReceiver
+from testbed.tools.helm import Helm, find_helm
+from testbed.tools.influxd import INFLUXD, InfluxD, start_influxd
 
 THREAD_PREFIX = "kh-"  # the product names every thread it starts kh-<what>
 LEAK_GRACE = 5.0  # seconds a stopped product thread may take to end

@@ -10,8 +10,8 @@ import traceback
 from pathlib import Path
 
 from bench.attack.table import Row, fmt_table
-from testbed.cluster import start_cluster
-from testbed.crds import install_crds
+from testbed.cluster.apiserver import start_cluster
+from testbed.cluster.crds import install_crds
 
 SCENARIOS = ["slow", "flood", "crosssite", "squat", "events"]
 

@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from kuberhealthy.kube.client import USER_AGENT
-from testbed.builders import pods_path
-from testbed.cluster import TestCluster
-from testbed.daemon import DaemonProcess
-from testbed.objects import create_namespace
+from testbed.cluster.apiserver import TestCluster
+from testbed.cluster.builders import pods_path
+from testbed.cluster.objects import create_namespace
+from testbed.daemons.process import DaemonProcess
 from testbed.sim.kubelet import SimKubelet
 from testbed.wait import wait_for
 

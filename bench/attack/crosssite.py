@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from bench.attack.table import Row
-from testbed.builders import khc, khcheck
-from testbed.cluster import TestCluster
-from testbed.crds import install_crds
-from testbed.daemon import DaemonProcess
-from testbed.objects import create_namespace
-from testbed.rawhttp import Answer, request
+from testbed.clients.rawhttp import Answer, request
+from testbed.cluster.apiserver import TestCluster
+from testbed.cluster.builders import khc, khcheck
+from testbed.cluster.crds import install_crds
+from testbed.cluster.objects import create_namespace
+from testbed.daemons.process import DaemonProcess
 from testbed.sim.kubelet import SimKubelet
 from testbed.wait import wait_for
 

@@ -22,11 +22,11 @@ import requests
 from bench.attack.bed import daemon_bed, daemon_requests
 from bench.attack.table import Row
 from kuberhealthy.kube import KHCHECKS
-from testbed.builders import khcheck
-from testbed.cluster import TestCluster
-from testbed.daemon import DaemonProcess
-from testbed.objects import create_checker_pod
-from testbed.rawhttp import post_report
+from testbed.clients.rawhttp import post_report
+from testbed.cluster.apiserver import TestCluster
+from testbed.cluster.builders import khcheck
+from testbed.cluster.objects import create_checker_pod
+from testbed.daemons.process import DaemonProcess
 from testbed.wait import wait_for
 
 CHECK = "target"

@@ -12,7 +12,7 @@ than one per ten fake reports the rate limit let through.
 
 Then two more genuine checks report with their real tokens (TOKEN_CHECKS; a baseline of TOKEN_BASELINE
 seconds again), and the same three addresses send forged bearer tokens for TOKEN_HOLD seconds
-(testbed/forgery.py: JWT-shaped, audience kuberhealthy, a live expiry, a random signature), most naming
+(testbed/clients/forgery.py: JWT-shaped, audience kuberhealthy, a live expiry, a random signature), most naming
 made-up pods and one in REAL_EVERY the name and UID of a live checker pod read from the API. Targets as
 above: every genuine report 200 (p99 within 2 s), fewer than one API request a report can cause (a
 TokenReview or a read: by_reports) per ten forged reports past the rate limit.
@@ -32,11 +32,11 @@ from bench.attack.bed import daemon_bed, daemon_requests
 from bench.attack.table import Row, p99
 from kuberhealthy.checkclient import RUN_UUID_HEADER
 from kuberhealthy.kube import KHCHECKS
-from testbed.builders import khcheck, pods_path
-from testbed.cluster import TestCluster
-from testbed.forgery import forged_token
-from testbed.objects import state_spec
-from testbed.rawhttp import REPORT_PATH, request
+from testbed.clients.forgery import forged_token
+from testbed.clients.rawhttp import REPORT_PATH, request
+from testbed.cluster.apiserver import TestCluster
+from testbed.cluster.builders import khcheck, pods_path
+from testbed.cluster.objects import state_spec
 from testbed.sim.kubelet import SimKubelet
 from testbed.sim.records import Outcome
 from testbed.wait import wait_for

@@ -25,11 +25,11 @@ from pathlib import Path
 from bench.attack.table import Row, p99
 from kuberhealthy.base.threads import BackgroundThread
 from kuberhealthy.kube import KHCHECKS
-from testbed.builders import khcheck
-from testbed.cluster import TestCluster
-from testbed.crds import install_crds
-from testbed.daemon import DaemonProcess
-from testbed.objects import create_namespace, state_spec
+from testbed.cluster.apiserver import TestCluster
+from testbed.cluster.builders import khcheck
+from testbed.cluster.crds import install_crds
+from testbed.cluster.objects import create_namespace, state_spec
+from testbed.daemons.process import DaemonProcess
 from testbed.sim.kubelet import SimKubelet
 from testbed.sim.records import Outcome
 from testbed.wait import wait_for

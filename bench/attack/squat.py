@@ -24,9 +24,9 @@ from bench.attack.table import Row
 from kuberhealthy.kube import KHCHECKS
 from kuberhealthy.records.checkpod import pod_name
 from kuberhealthy.records.khstate import FINISHED_UUID, RUN_POD
-from testbed.builders import khcheck, khs, pods_path
-from testbed.cluster import TestCluster
-from testbed.objects import get_or_none
+from testbed.cluster.apiserver import TestCluster
+from testbed.cluster.builders import khcheck, khs, pods_path
+from testbed.cluster.objects import get_or_none
 from testbed.sim.kubelet import SimKubelet
 from testbed.wait import wait_for
 

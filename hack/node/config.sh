@@ -64,7 +64,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         Root = "$d/runc"
         SystemdCgroup = false
   # Registries: a certs.d/<host:port>/hosts.toml per registry (e.g. a plain-HTTP one, the release
-  # rehearsal's: testbed/release.py writes it). Read at each pull, so it may be written while we run.
+  # rehearsal's: release/rehearse.py writes it). Read at each pull, so it may be written while we run.
   [plugins."io.containerd.grpc.v1.cri".registry]
     config_path = "$d/containerd/certs.d"
   [plugins."io.containerd.grpc.v1.cri".cni]

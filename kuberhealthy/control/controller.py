@@ -34,11 +34,11 @@ from kuberhealthy.base.threads import BackgroundThread
 from kuberhealthy.base.times import parse_time
 from kuberhealthy.control.workers import CheckWorker, JobWorker, RunnerFactory
 from kuberhealthy.kube import KHJOBS, Obj, key_of
+from kuberhealthy.needs import ControlNeeds, Part
 from kuberhealthy.outputs.events import KIND_CHECK, ObjectRef
 from kuberhealthy.records import khstate, pause, runnow
 from kuberhealthy.records.checkspec import CheckSpec
 from kuberhealthy.run.runner import Runner
-from kuberhealthy.seams import ControlNeeds, Part
 
 logger = logging.getLogger(__name__)
 

@@ -38,8 +38,8 @@ from kuberhealthy.base.errors import ApiError, NotFound
 from kuberhealthy.base.threads import PeriodicThread
 from kuberhealthy.base.times import parse_time
 from kuberhealthy.kube import KHCHECKS, KHJOBS, KHSTATES, PODS, Obj, Resource, key_of
+from kuberhealthy.needs import ReaperNeeds
 from kuberhealthy.records.checkpod import CHECK_NAME_LABEL
-from kuberhealthy.seams import ReaperNeeds
 
 logger = logging.getLogger(__name__)
 

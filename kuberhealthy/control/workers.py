@@ -16,11 +16,11 @@ from collections.abc import Callable
 from kuberhealthy.base.errors import ApiError, is_transient
 from kuberhealthy.base.threads import BackgroundThread
 from kuberhealthy.kube import KHJOBS, Obj
+from kuberhealthy.needs import ControlNeeds
 from kuberhealthy.outputs.runstats import SKIP_API
 from kuberhealthy.records import khstate, pause, runnow
 from kuberhealthy.records.checkspec import CheckSpec
 from kuberhealthy.run.runner import Outcome, Runner, RunResult
-from kuberhealthy.seams import ControlNeeds
 
 logger = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ from gunicorn.app.base import BaseApplication
 from kuberhealthy.base.config import Config
 from kuberhealthy.daemon.httpworker import PollingWorker
 from kuberhealthy.daemon.runtime import Runtime
-from kuberhealthy.seams import WebNeeds
+from kuberhealthy.needs import WebNeeds
 from kuberhealthy.web import create_app
 
 logger = logging.getLogger(__name__)

@@ -21,6 +21,7 @@ from kuberhealthy.control.controller import Controller
 from kuberhealthy.control.leader import ForcedLeader, LeaderElector
 from kuberhealthy.control.reaper import CheckReaper, StateReaper
 from kuberhealthy.kube import KHCHECKS, KHJOBS, KHSTATES, LEASES, PODS, Kube, Obj, Reflector, Resources
+from kuberhealthy.needs import CacheState, Part
 from kuberhealthy.outputs.events import EventRecorder
 from kuberhealthy.outputs.heldreports import HeldReports
 from kuberhealthy.outputs.influx import InfluxForwarder
@@ -34,7 +35,6 @@ from kuberhealthy.records.checkpod import (
     pod_uuid_index,
     slim_pod,
 )
-from kuberhealthy.seams import CacheState, Part
 
 logger = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ check's worker (control/workers.py) creates no pods and its khstate keeps the la
 flight when the pause begins finishes; when the time passes or the annotation is removed, the check
 runs at once. While paused the check is left out of the status page's top-level OK and Errors and of
 `kuberhealthy_cluster_state` (web/status/page.py); `/api/checks` shows `paused: {until, reason}`
-(web/views.py) and `kuberhealthy_check_paused` is 1.
+(web/entries.py) and `kuberhealthy_check_paused` is 1.
 
 A value that is not an RFC 3339 time with an offset is ignored (the check runs as usual); the leader
 says so once per value in a log line and a PauseIgnored Warning Event (control/controller.py). A time

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from kuberhealthy.base.times import format_time
 from kuberhealthy.kube import KHCHECKS, Obj
+from kuberhealthy.kube.annotations import remove_annotations
 from kuberhealthy.kube.protocols import Api
-from kuberhealthy.kube.refusals import remove_annotations
 
 RUN_NOW_ANNOTATION = "comcast.github.io/run-now"
 API_MARK = " (api)"  # the end of every value the HTTP handler writes: "<RFC3339> (api)"
@@ -63,7 +63,7 @@ def clear(api: Api, namespace: str, name: str, timeout: float = PATCH_TIMEOUT, c
     """Remove the annotation (a merge patch with null). False, logged, when the API refused or was away;
     a khcheck that is gone has nothing to clear. `current` is the cached khcheck: a version of it the API
     server refused (422: stored before its CRD validated more, it no longer validates) is logged once and
-    not patched again until the khcheck changes (kube/refusals.py)."""
+    not patched again until the khcheck changes (kube/annotations.py)."""
     meta = dict((current or {}).get("metadata") or {})
     meta.update(namespace=namespace, name=name)
     return remove_annotations(api, KHCHECKS, {"metadata": meta}, [RUN_NOW_ANNOTATION], timeout)

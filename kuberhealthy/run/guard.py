@@ -30,12 +30,12 @@ from typing import TypeVar
 
 from kuberhealthy.base.errors import ApiError, Conflict, NotFound, is_transient
 from kuberhealthy.kube import KHSTATES, PODS, Obj
+from kuberhealthy.needs import RunNeeds
 from kuberhealthy.outputs.runstats import SKIP_API, SKIP_POD_DELETED
 from kuberhealthy.records import khstate
 from kuberhealthy.records.checkpod import CHECK_NAME_LABEL, pod_run_key
 from kuberhealthy.records.checkspec import CheckSpec
 from kuberhealthy.run.podstate import ERR_CLEANUP, earlier, pod_name_of, pod_uid, terminating, uid_of
-from kuberhealthy.seams import RunNeeds
 
 T = TypeVar("T")
 

@@ -34,10 +34,12 @@ from kuberhealthy.base.durations import format_duration
 from kuberhealthy.base.errors import ApiError, Conflict, is_transient
 from kuberhealthy.kube import Obj
 from kuberhealthy.kube.resources import FOREIGN
+from kuberhealthy.needs import RunNeeds
 from kuberhealthy.outputs.runstats import SKIP_POD_DELETED
 from kuberhealthy.records import khstate
 from kuberhealthy.records.checkpod import build_pod, fallback_pod_name, new_run_key, pod_name, run_key_sha256
 from kuberhealthy.records.checkspec import CheckSpec, validate_pod_spec
+from kuberhealthy.run.finish import Recorder
 from kuberhealthy.run.guard import CONFIRM_TIMEOUT, Failed, Guard, Skipped, Stopped, removed
 from kuberhealthy.run.podstate import (
     ERR_EXIT,
@@ -55,9 +57,7 @@ from kuberhealthy.run.podstate import (
     uid_of,
     why_ended,
 )
-from kuberhealthy.run.recording import Recorder
 from kuberhealthy.run.result import Outcome, Phase, RunResult
-from kuberhealthy.seams import RunNeeds
 
 # What the workers and the tests take from here; the values themselves are in result.py.
 __all__ = ["ERR_REPORT", "ERR_RUNNING", "Outcome", "Phase", "RunResult", "Runner"]

@@ -14,11 +14,12 @@ from flask import Flask, Response
 from prometheus_client.registry import Collector
 from werkzeug.exceptions import HTTPException
 
-from kuberhealthy.seams import WebNeeds
+from kuberhealthy.needs import WebNeeds
 from kuberhealthy.web import api, health, openapi
 from kuberhealthy.web.context import CALLER_WAIT, EXTENSION, WebContext, context, one_line, plain
 from kuberhealthy.web.dashboard import render as dashpage
 from kuberhealthy.web.dashboard import routes as dashboard_routes
+from kuberhealthy.web.entries import ViewCache
 from kuberhealthy.web.report import routes as report_routes
 from kuberhealthy.web.report.stats import ReportStats
 from kuberhealthy.web.report.tokens import Screen, TokenVerifier
@@ -26,7 +27,6 @@ from kuberhealthy.web.report.triage import Triage
 from kuberhealthy.web.status import routes as status_routes
 from kuberhealthy.web.status.metrics import CheckStatsCollector, InfluxCollector, make_registry
 from kuberhealthy.web.status.page import StatusCache
-from kuberhealthy.web.views import ViewCache
 
 
 def _http_error(e: HTTPException) -> Response:

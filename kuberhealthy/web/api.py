@@ -36,9 +36,9 @@ from kuberhealthy.outputs.events import KIND_CHECK, ObjectRef
 from kuberhealthy.records import pause, runnow
 from kuberhealthy.web import origin
 from kuberhealthy.web.context import context, plain, requested_namespaces
+from kuberhealthy.web.entries import Built, current_run
 from kuberhealthy.web.ratelimit import RateLimiter
 from kuberhealthy.web.report.finder import normalize_ip
-from kuberhealthy.web.views import Built, current_run
 
 logger = logging.getLogger(__name__)
 

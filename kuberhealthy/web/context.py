@@ -10,13 +10,13 @@ from dataclasses import dataclass, field
 from flask import Response, current_app
 from prometheus_client.registry import CollectorRegistry
 
-from kuberhealthy.seams import WebNeeds
+from kuberhealthy.needs import WebNeeds
+from kuberhealthy.web.entries import ViewCache
 from kuberhealthy.web.ratelimit import RateLimiter
 from kuberhealthy.web.report.stats import ReportStats
 from kuberhealthy.web.report.tokens import TokenVerifier
 from kuberhealthy.web.report.triage import Triage
 from kuberhealthy.web.status.page import StatusCache
-from kuberhealthy.web.views import ViewCache
 
 CALLER_WAIT = 0.8  # seconds a report waits for its pod to show up in the pod cache (then: one read)
 REPORT_SLOTS = 24  # reports of runs the caches know handled at once (others: triage.py's pool, no slot)

@@ -38,7 +38,7 @@ def subscriber_count(notifier: Notifier) -> int:
 
 
 def stats_json(stats: HistoryStats) -> dict[str, Any]:
-    """The statistics under the JSON API's key names (web/views.py writes them one by one)."""
+    """The statistics under the JSON API's key names (web/entries.py writes them one by one)."""
     return {"consecutiveFailures": stats.consecutive_failures, "successCount": stats.success_count,
             "failureCount": stats.failure_count, "lastOK": stats.last_ok, "lastFailure": stats.last_failure,
             "uptime": stats.uptime, "uptime24h": stats.uptime_24h,

@@ -15,6 +15,7 @@ from kuberhealthy.base.notify import Notifier
 from kuberhealthy.base.threads import Deaths
 from kuberhealthy.checkclient import ENV_RUN_UUID
 from kuberhealthy.kube import KHCHECKS, KHJOBS, KHSTATES, PODS, Obj, Resource
+from kuberhealthy.needs import ResultSink
 from kuberhealthy.outputs.events import ObjectRef
 from kuberhealthy.outputs.heldreports import HeldReports
 from kuberhealthy.outputs.runstats import SchedulingMetrics
@@ -29,7 +30,6 @@ from kuberhealthy.records.checkpod import (
     slim_pod,
 )
 from kuberhealthy.records.checkspec import CheckSpec
-from kuberhealthy.seams import ResultSink
 from testbed.fakes.api import FakeApi
 from testbed.fakes.cache import FakeCache
 from testbed.fakes.clock import Activity, FakeClock, T, stamp

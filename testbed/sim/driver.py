@@ -25,7 +25,7 @@ import time
 import uuid
 from typing import Any
 
-from testbed.builders import MERGE_PATCH, TOKEN_FILE_ENV
+from testbed.cluster.builders import MERGE_PATCH, TOKEN_FILE_ENV
 from testbed.sim import podstatus
 from testbed.sim.api import RawApi, SimApiError
 from testbed.sim.behaviours import (

@@ -27,8 +27,8 @@ from typing import Any
 import urllib3
 from kubernetes.watch.watch import iter_resp_lines
 
-from testbed import loopback
-from testbed.builders import MERGE_PATCH
+from testbed.cluster import loopback
+from testbed.cluster.builders import MERGE_PATCH
 from testbed.sim import logs, podstatus
 from testbed.sim.api import DEFAULT_POOL_SIZE, OpenStream, RawApi, SimApiError
 from testbed.sim.behaviours import behaviour_for_image, first_container

@@ -2,7 +2,7 @@
 
 Status shapes follow what a real kubelet reports (phase, conditions, containerStatuses with waiting /
 running / terminated states), trimmed to the fields Kuberhealthy and tests look at. The addresses in
-them come from testbed/loopback.py.
+them come from testbed/cluster/loopback.py.
 """
 from __future__ import annotations
 

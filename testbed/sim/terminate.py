@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from testbed.builders import MERGE_PATCH
+from testbed.cluster.builders import MERGE_PATCH
 from testbed.sim.api import RawApi, SimApiError
 from testbed.sim.driver import PodDriver
 from testbed.sim.timings import Timings

@@ -1,5 +1,5 @@
 """Fixtures of the browser tests: one real daemon on the test bed for the module, its checks run by the
-simulated kubelet, and headless chromium (testbed/browser.py) with and without JavaScript.
+simulated kubelet, and headless chromium (testbed/clients/browser.py) with and without JavaScript.
 
 The checks cover every state the dashboard shows: `alpha-ok` (OK), `bravo-fail` (failing, with errors
 and a log tail: the daemon runs with exposeLogs), `delta-run` (OK; the run-now target), and `echo-hang`
@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 import requests
 
-from testbed import browser
-from testbed.builders import khc, khcheck, khs
-from testbed.cluster import TestCluster
-from testbed.daemon import DaemonProcess
-from testbed.objects import create_namespace
+from testbed.clients import browser
+from testbed.cluster.apiserver import TestCluster
+from testbed.cluster.builders import khc, khcheck, khs
+from testbed.cluster.objects import create_namespace
+from testbed.daemons.process import DaemonProcess
 from testbed.sim.kubelet import SimKubelet
 from testbed.wait import wait_for
 

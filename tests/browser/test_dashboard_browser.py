@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import requests
 
-from testbed.browser import INSTALL, PHONE, color_scheme, console_errors, low_contrast
-from testbed.builders import khc, khcheck
-from testbed.objects import delete_quietly
+from testbed.clients.browser import INSTALL, PHONE, color_scheme, console_errors, low_contrast
+from testbed.cluster.builders import khc, khcheck
+from testbed.cluster.objects import delete_quietly
 
 pytest.importorskip("selenium", reason=f"browser tests need selenium: {INSTALL}")
 from selenium.common.exceptions import StaleElementReferenceException

@@ -16,14 +16,14 @@ from typing import Any
 import pytest
 import requests
 
-from testbed.builders import khc, khcheck, pods_path
-from testbed.cluster import TestCluster, kubeconfig_text
-from testbed.daemon import console_script
-from testbed.loopback import free_port
-from testbed.objects import create_lease, create_namespace, lease_holder
+from testbed.clients.rawhttp import get_json, post_report
+from testbed.cluster.apiserver import TestCluster, kubeconfig_text
+from testbed.cluster.builders import khc, khcheck, pods_path
+from testbed.cluster.loopback import free_port
+from testbed.cluster.objects import create_lease, create_namespace, lease_holder
+from testbed.daemons.process import console_script
 from testbed.paths import REPO
 from testbed.procs import end_group
-from testbed.rawhttp import get_json, post_report
 from testbed.wait import wait_for
 
 

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 import yaml
 
-from testbed.builders import GROUP, khc, khcheck, khj, khjob, khs, khstate
-from testbed.cluster import ADMIN_TOKEN, TestCluster
-from testbed.objects import create_namespace
+from testbed.cluster.apiserver import ADMIN_TOKEN, TestCluster
+from testbed.cluster.builders import GROUP, khc, khcheck, khj, khjob, khs, khstate
+from testbed.cluster.objects import create_namespace
 from testbed.paths import CRD_DIR
 
 EXPECTED = {

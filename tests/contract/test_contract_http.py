@@ -19,12 +19,23 @@ from typing import Any
 import pytest
 import requests
 
-from testbed.builders import MERGE_PATCH, SAME_AS_RUN, khc, khcheck, khj, khjob, khs, khstate, lease_path, pods_path
-from testbed.cluster import TestCluster
-from testbed.daemon import DaemonProcess
-from testbed.formats import parse_metrics, parse_rfc3339, promtool_check
-from testbed.loopback import pod_ip
-from testbed.objects import (
+from testbed.clients.formats import parse_metrics, parse_rfc3339, promtool_check
+from testbed.clients.rawhttp import Answer, assert_one_line_plain_text, post_report, request
+from testbed.cluster.apiserver import TestCluster
+from testbed.cluster.builders import (
+    MERGE_PATCH,
+    SAME_AS_RUN,
+    khc,
+    khcheck,
+    khj,
+    khjob,
+    khs,
+    khstate,
+    lease_path,
+    pods_path,
+)
+from testbed.cluster.loopback import pod_ip
+from testbed.cluster.objects import (
     create_checker_pod,
     create_finished_pod,
     create_lease,
@@ -32,7 +43,7 @@ from testbed.objects import (
     get_or_none,
     lease_holder,
 )
-from testbed.rawhttp import Answer, assert_one_line_plain_text, post_report, request
+from testbed.daemons.process import DaemonProcess
 from testbed.wait import wait_for
 
 OTHER = "other-replica"

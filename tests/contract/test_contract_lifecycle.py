@@ -18,12 +18,23 @@ from typing import Any
 import pytest
 import requests
 
-from testbed.builders import MERGE_PATCH, khc, khcheck, khj, khjob, khs, khstate, lease_path, micro_now, pods_path
-from testbed.cluster import TestCluster
-from testbed.daemon import DaemonProcess
-from testbed.formats import parse_metrics, parse_rfc3339
-from testbed.loopback import free_port
-from testbed.objects import (
+from testbed.clients.formats import parse_metrics, parse_rfc3339
+from testbed.clients.rawhttp import get_json
+from testbed.cluster.apiserver import TestCluster
+from testbed.cluster.builders import (
+    MERGE_PATCH,
+    khc,
+    khcheck,
+    khj,
+    khjob,
+    khs,
+    khstate,
+    lease_path,
+    micro_now,
+    pods_path,
+)
+from testbed.cluster.loopback import free_port
+from testbed.cluster.objects import (
     checker_pods,
     create_lease,
     create_namespace,
@@ -31,8 +42,8 @@ from testbed.objects import (
     lease_holder,
     state_spec,
 )
+from testbed.daemons.process import DaemonProcess
 from testbed.pytest_plugin import Daemons
-from testbed.rawhttp import get_json
 from testbed.sim.kubelet import SimKubelet
 from testbed.wait import wait_for
 

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 
 import pytest
 
-from testbed.builders import khc, khcheck, pods_path
-from testbed.cluster import TestCluster
-from testbed.daemon import DaemonProcess
-from testbed.objects import checker_pods, create_finished_pod, create_namespace, get_or_none
+from testbed.cluster.apiserver import TestCluster
+from testbed.cluster.builders import khc, khcheck, pods_path
+from testbed.cluster.objects import checker_pods, create_finished_pod, create_namespace, get_or_none
+from testbed.daemons.process import DaemonProcess
 from testbed.wait import wait_for
 
 

@@ -19,12 +19,11 @@ from typing import Any
 import pytest
 import requests
 
-from testbed.builders import MERGE_PATCH, container, khc, khcheck, khj, khjob, pods_path
-from testbed.cluster import TestCluster
-from testbed.daemon import DaemonProcess
-from testbed.fakeinflux import FakeInflux
-from testbed.formats import parse_go_duration, parse_metrics, parse_rfc3339, promtool_check, split_line_protocol
-from testbed.objects import (
+from testbed.clients.formats import parse_go_duration, parse_metrics, parse_rfc3339, promtool_check, split_line_protocol
+from testbed.clients.rawhttp import get_json
+from testbed.cluster.apiserver import TestCluster
+from testbed.cluster.builders import MERGE_PATCH, container, khc, khcheck, khj, khjob, pods_path
+from testbed.cluster.objects import (
     NODE_ELSEWHERE,
     checker_pods,
     create_checker_pod,
@@ -33,8 +32,9 @@ from testbed.objects import (
     lease_holder,
     state_spec,
 )
-from testbed.rawhttp import get_json
+from testbed.daemons.process import DaemonProcess
 from testbed.sim.kubelet import SimKubelet
+from testbed.tools.fakeinflux import FakeInflux
 from testbed.wait import wait_for
 
 DAEMON = "kh-runner"

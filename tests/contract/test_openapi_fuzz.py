@@ -26,8 +26,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.errors import Unsatisfiable
 
-from testbed.builders import khc, khcheck, khs
-from testbed.cluster import TestCluster
+from testbed.cluster.apiserver import TestCluster
+from testbed.cluster.builders import khc, khcheck, khs
 from testbed.pytest_plugin import Daemons
 from testbed.sim.kubelet import SimKubelet
 from testbed.wait import wait_for

@@ -1,4 +1,4 @@
-"""The end-to-end session: a real single-node Kubernetes (testbed/node.py), the images built here and
+"""The end-to-end session: a real single-node Kubernetes (testbed/node/realnode.py), the images built here and
 loaded into its containerd, and the chart installed with helm (2 replicas, imagePullPolicy Never, the
 bundled upstream checks off, since their images cannot be pulled here).
 
@@ -23,11 +23,11 @@ from pathlib import Path
 import pytest
 
 from testbed.budget import TimeBudget
-from testbed.e2e import E2E, chart_values, helm_binary, import_images, kubectl_from_env
-from testbed.e2e_images import Built, build_all
-from testbed.helm import Helm
-from testbed.node import NODE_SH, RealNode, RealNodeError
+from testbed.node.e2e import E2E, chart_values, helm_binary, import_images, kubectl_from_env
+from testbed.node.images import Built, build_all
+from testbed.node.realnode import NODE_SH, RealNode, RealNodeError
 from testbed.terminal import say
+from testbed.tools.helm import Helm
 
 # Seconds each part may take on a cold machine (2 cores): the node's binaries (Debian's 1.20.2 tree,
 # shared with the API-server test bed), the images, the helm install, the tests themselves.

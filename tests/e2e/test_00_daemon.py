@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from testbed.e2e import E2E
+from testbed.node.e2e import E2E
 
 # Run inside the daemon's container with its own interpreter (the image has no shell): what the kernel
 # says about PID 1, the daemon.

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from testbed.e2e import E2E, daemon_logs, example_objects, metric, newest_run, poll
-from testbed.e2e_images import example_names
+from testbed.node.e2e import E2E, daemon_logs, example_objects, metric, newest_run, poll
+from testbed.node.images import example_names
 
 FAIL_REASON = "the e2e shell check fails on purpose"
 LOG_LINE = "e2e log line before failing"

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from testbed.e2e import E2E, history, metric, newest_run, poll
+from testbed.node.e2e import E2E, history, metric, newest_run, poll
 
 SHELL = "localhost/kh-e2e/shell-check:e2e"
 HOLD = "e2e.kuberhealthy.test/hold"  # a finalizer nobody removes but this module

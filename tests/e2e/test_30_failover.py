@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from testbed.e2e import E2E, Sampler, newest_run, poll
+from testbed.node.e2e import E2E, Sampler, newest_run, poll
 
 SHELL = "localhost/kh-e2e/shell-check:e2e"
 CHECK = "failover-ok"

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import threading
 
-from testbed.e2e import E2E, Sampler, daemon_logs, history, metric, newest_run, poll
-from testbed.e2e_images import DAEMON_NEXT_TAG
+from testbed.node.e2e import E2E, Sampler, daemon_logs, history, metric, newest_run, poll
+from testbed.node.images import DAEMON_NEXT_TAG
 
 SHELL = "localhost/kh-e2e/shell-check:e2e"
 CURL = "localhost/kh-e2e/curl-check:e2e"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 import subprocess
 
-from testbed.e2e import E2E, RELEASE, poll
+from testbed.node.e2e import E2E, RELEASE, poll
 
 TEST_POD = "kuberhealthy-test"
 

@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from testbed.e2e import E2E, poll
+from testbed.node.e2e import E2E, poll
 from testbed.paths import REPO
 
 SHELL = "localhost/kh-e2e/shell-check:e2e"

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from kuberhealthy.kube import Kube, Resources
-from testbed.cluster import TestCluster
-from testbed.inprocess import InProcessDaemon
+from testbed.cluster.apiserver import TestCluster
+from testbed.daemons.inprocess import InProcessDaemon
 from testbed.sim.kubelet import SimKubelet
 
 

@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 import yaml
 
-from testbed.helm import Helm
 from testbed.paths import CHART
+from testbed.tools.helm import Helm
 
 RELEASE_NS = "monitoring"
 JOB = "kuberhealthy"

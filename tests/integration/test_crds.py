@@ -25,13 +25,13 @@ import yaml
 
 from kuberhealthy.base.durations import parse_duration
 from kuberhealthy.records.runnow import RUN_NOW_ANNOTATION
-from testbed.builders import container, khc, khcheck, khj, khjob
-from testbed.cluster import TestCluster
-from testbed.crds import load_crds
-from testbed.helm import Helm
-from testbed.inprocess import InProcessDaemon
+from testbed.cluster.apiserver import TestCluster
+from testbed.cluster.builders import container, khc, khcheck, khj, khjob
+from testbed.cluster.crds import load_crds
+from testbed.daemons.inprocess import InProcessDaemon
 from testbed.paths import CRD_DIR, REPO
 from testbed.sim.kubelet import SimKubelet
+from testbed.tools.helm import Helm
 from testbed.wait import wait_for
 
 CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
@@ -308,9 +308,9 @@ def test_a_stored_khcheck_that_no_longer_validates_costs_one_refused_patch_and_o
                 and not str(e.get("userAgent", "")).startswith("Python-urllib")]
 
     def refusals_logged() -> list[logging.LogRecord]:
-        return [r for r in caplog.records if r.name == "kuberhealthy.kube.refusals" and name in r.getMessage()]
+        return [r for r in caplog.records if r.name == "kuberhealthy.kube.annotations" and name in r.getMessage()]
 
-    caplog.set_level(logging.WARNING, logger="kuberhealthy.kube.refusals")
+    caplog.set_level(logging.WARNING, logger="kuberhealthy.kube.annotations")
     daemon = InProcessDaemon(cluster, ns).start()
     try:
         controller = daemon.services.controller

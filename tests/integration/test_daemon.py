@@ -16,14 +16,14 @@ import yaml
 
 from kuberhealthy.daemon.server import _dual_stack
 from kuberhealthy.kube import KHCHECKS, KHSTATES, LEASES
-from testbed.builders import MERGE_PATCH, khcheck
-from testbed.cluster import TestCluster
-from testbed.daemon import DaemonProcess, console_script
-from testbed.inprocess import InProcessDaemon
-from testbed.objects import lease_holder as holder_of
-from testbed.objects import state_spec
+from testbed.cluster.apiserver import TestCluster
+from testbed.cluster.builders import MERGE_PATCH, khcheck
+from testbed.cluster.objects import lease_holder as holder_of
+from testbed.cluster.objects import state_spec
+from testbed.cluster.podmonitor import LivePodMonitor
+from testbed.daemons.inprocess import InProcessDaemon
+from testbed.daemons.process import DaemonProcess, console_script
 from testbed.paths import REPO
-from testbed.podmonitor import LivePodMonitor
 from testbed.pytest_plugin import Daemons
 from testbed.sim.kubelet import SimKubelet
 from testbed.wait import wait_for

@@ -12,9 +12,9 @@ import pytest
 import requests
 
 from kuberhealthy.kube import KHCHECKS, PODS
-from testbed.builders import checker_pod, khcheck
-from testbed.cluster import TestCluster
-from testbed.inprocess import InProcessDaemon
+from testbed.cluster.apiserver import TestCluster
+from testbed.cluster.builders import checker_pod, khcheck
+from testbed.daemons.inprocess import InProcessDaemon
 from testbed.paths import REPO
 from testbed.sim.kubelet import SimKubelet
 from testbed.wait import wait_for

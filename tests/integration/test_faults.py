@@ -1,4 +1,4 @@
-"""Short regression versions of the `make faults` restart and stall scenarios (bench/faults.py).
+"""Short regression versions of the `make faults` restart and stall scenarios (bench/faults_bench.py).
 
 Each test runs on a private test bed (its own API server + etcd), so restarting or cutting off the API
 server never disturbs the session's shared `cluster`. The daemon runs as a real process. The asserts
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed.faults import RECOVERY_LIMIT, BedSettings, FaultBed, fault_api_kill, fault_proxy_stall
-from testbed.verdict import Outcome, evaluate
+from testbed.faults.faultbed import RECOVERY_LIMIT, BedSettings, FaultBed, fault_api_kill, fault_proxy_stall
+from testbed.faults.verdict import Outcome, evaluate
 
 SILENT_STREAM_LIMIT = 30.0  # seconds: a silent watch stream is replaced within this (contract)
 SHORT = BedSettings(checks=4, interval="6s", timeout="20s", delays=(0.5, 1.0), log_level=logging.INFO)

@@ -15,12 +15,12 @@ from kuberhealthy.kube.client import USER_AGENT
 from kuberhealthy.records.checkspec import CheckSpec
 from kuberhealthy.run.runner import Outcome, Runner
 from kuberhealthy.web.context import EXTENSION, WebContext
-from testbed.builders import khcheck
-from testbed.cluster import TestCluster
-from testbed.forgery import forged_token
-from testbed.inprocess import InProcessDaemon
-from testbed.loopback import outside_ip
-from testbed.rawhttp import REPORT_PATH, request
+from testbed.clients.forgery import forged_token
+from testbed.clients.rawhttp import REPORT_PATH, request
+from testbed.cluster.apiserver import TestCluster
+from testbed.cluster.builders import khcheck
+from testbed.cluster.loopback import outside_ip
+from testbed.daemons.inprocess import InProcessDaemon
 from testbed.sim.kubelet import SimKubelet
 from testbed.wait import wait_for
 

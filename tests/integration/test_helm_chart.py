@@ -35,15 +35,15 @@ from prometheus_client.parser import text_string_to_metric_families
 from kuberhealthy.base import config as kh_config
 from kuberhealthy.kube import KHCHECKS, KHJOBS, KHSTATES
 from kuberhealthy.records import checkpod
-from testbed.builders import API_VERSION, checker_pod, khc, khcheck, khjob, khs, khstate
-from testbed.cluster import TestCluster
-from testbed.crds import load_crds
-from testbed.e2e import chart_values
-from testbed.helm import Helm
-from testbed.inprocess import InProcessDaemon
-from testbed.objects import create_namespace, delete_quietly
+from testbed.cluster.apiserver import TestCluster
+from testbed.cluster.builders import API_VERSION, checker_pod, khc, khcheck, khjob, khs, khstate
+from testbed.cluster.crds import load_crds
+from testbed.cluster.objects import create_namespace, delete_quietly
+from testbed.daemons.inprocess import InProcessDaemon
+from testbed.node.e2e import chart_values
 from testbed.paths import CHART, REPO
 from testbed.sim.kubelet import SimKubelet
+from testbed.tools.helm import Helm
 from testbed.wait import wait_for
 
 GROUP_PATH = f"/apis/{API_VERSION}"

@@ -24,14 +24,14 @@ from kuberhealthy.records.checkspec import CheckSpec
 from kuberhealthy.records.history import ADDED_KEYS
 from kuberhealthy.records.runnow import RUN_NOW_ANNOTATION
 from kuberhealthy.run.runner import ERR_REPORT, ERR_RUNNING, Outcome, Runner, RunResult
-from testbed.builders import container, khc, khcheck, khs, khstate, pods_path, rfc3339
-from testbed.cluster import TestCluster
-from testbed.crds import load_crds
-from testbed.formats import parse_go_duration, parse_rfc3339
-from testbed.inprocess import POD_NAME, InProcessDaemon, check_spec
-from testbed.objects import create_lease
+from testbed.clients.formats import parse_go_duration, parse_rfc3339
+from testbed.cluster.apiserver import TestCluster
+from testbed.cluster.builders import container, khc, khcheck, khs, khstate, pods_path, rfc3339
+from testbed.cluster.crds import load_crds
+from testbed.cluster.objects import create_lease
+from testbed.daemons.inprocess import POD_NAME, InProcessDaemon, check_spec
+from testbed.faults.tcpproxy import TcpProxy
 from testbed.sim.kubelet import SimKubelet
-from testbed.tcpproxy import TcpProxy
 from testbed.wait import wait_for
 
 ELECTION = {"leaseName": "kh-history", "leaseDuration": "6s", "renewDeadline": "4s", "retryPeriod": "1s"}

@@ -33,9 +33,9 @@ import requests
 import yaml
 
 from kuberhealthy.kube import KHCHECKS, KHSTATES
-from testbed.builders import khcheck
-from testbed.cluster import TestCluster
-from testbed.loopback import free_port
+from testbed.cluster.apiserver import TestCluster
+from testbed.cluster.builders import khcheck
+from testbed.cluster.loopback import free_port
 from testbed.paths import CHART, REPO
 from testbed.sim.kubelet import SimKubelet
 from testbed.wait import wait_for

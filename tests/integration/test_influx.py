@@ -13,8 +13,8 @@ from influxdb import InfluxDBClient
 
 from kuberhealthy.base import config as khconfig
 from kuberhealthy.outputs.influx import InfluxForwarder
-from testbed.influxd import InfluxD
-from testbed.loopback import free_port
+from testbed.cluster.loopback import free_port
+from testbed.tools.influxd import InfluxD
 from testbed.wait import wait_for
 
 

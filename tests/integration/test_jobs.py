@@ -6,9 +6,9 @@ from typing import Any
 import requests
 
 from kuberhealthy.kube import KHJOBS, KHSTATES
-from testbed.builders import khjob
-from testbed.cluster import TestCluster
-from testbed.inprocess import InProcessDaemon
+from testbed.cluster.apiserver import TestCluster
+from testbed.cluster.builders import khjob
+from testbed.daemons.inprocess import InProcessDaemon
 from testbed.wait import wait_for
 
 

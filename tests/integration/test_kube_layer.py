@@ -8,7 +8,7 @@ import pytest
 
 from kuberhealthy.base.errors import Conflict, NotFound
 from kuberhealthy.kube import KHCHECKS, KHSTATES, PODS, Notifier, Reflector, Resources
-from testbed.builders import checker_pod, khcheck
+from testbed.cluster.builders import checker_pod, khcheck
 from testbed.wait import wait_for
 
 

@@ -5,12 +5,12 @@ from typing import Any
 
 from kuberhealthy.kube import KHCHECKS, KHJOBS, KHSTATES, LEASES
 from kuberhealthy.records.runnow import RUN_NOW_ANNOTATION
-from testbed.builders import khcheck, khjob
-from testbed.cluster import TestCluster
-from testbed.helm import Helm
-from testbed.inprocess import InProcessDaemon
+from testbed.cluster.apiserver import TestCluster
+from testbed.cluster.builders import khcheck, khjob
+from testbed.daemons.inprocess import InProcessDaemon
 from testbed.paths import CHART
 from testbed.sim.kubelet import SimKubelet
+from testbed.tools.helm import Helm
 from testbed.wait import wait_for
 
 NO_BUNDLED_CHECKS = [f"check.{c}.enabled=false" for c in (

@@ -17,10 +17,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from kuberhealthy.base.times import parse_time
 from kuberhealthy.control.workers import CheckWorker
 from kuberhealthy.records.pause import PAUSED_REASON, PAUSED_UNTIL
-from testbed.builders import khc, khcheck
-from testbed.cluster import TestCluster
-from testbed.formats import promtool_check
-from testbed.inprocess import InProcessDaemon
+from testbed.clients.formats import promtool_check
+from testbed.cluster.apiserver import TestCluster
+from testbed.cluster.builders import khc, khcheck
+from testbed.daemons.inprocess import InProcessDaemon
 from testbed.wait import wait_for
 
 PAUSE = 10.0  # seconds a timed pause lasts: more than three intervals of the check below

@@ -17,9 +17,9 @@ from kuberhealthy.control.reaper import CheckReaper, StateReaper
 from kuberhealthy.daemon.services import Services
 from kuberhealthy.kube import KHSTATES, Kube
 from kuberhealthy.records.khstate import new_body
-from testbed.builders import cr_path, khc, khcheck, khj, khjob, khs
-from testbed.cluster import TestCluster
-from testbed.objects import create_finished_pod
+from testbed.cluster.apiserver import TestCluster
+from testbed.cluster.builders import cr_path, khc, khcheck, khj, khjob, khs
+from testbed.cluster.objects import create_finished_pod
 from testbed.wait import wait_for
 
 MakeServices = Callable[..., Services]

@@ -1,4 +1,4 @@
-"""The release rehearsal (testbed/release.py, `make release-test`) inside `make test`.
+"""The release rehearsal (release/rehearse.py, `make release-test`) inside `make test`.
 
 One test runs every step against the session's test bed API server: the sdist and the wheels (daemon and
 checker client), the image on the Debian-made base, the chart package; Debian's docker-registry on
@@ -21,14 +21,14 @@ from pathlib import Path
 
 import pytest
 
-from testbed.cluster import TestCluster
-from testbed.e2e import helm_binary
-from testbed.helm import Helm
-from testbed.node import RealNode
-from testbed.registry import RegistryError, ensure_installed
-from testbed.release import rehearse, write_hosts_toml
-from testbed.release_build import IMAGE_PATH, IMAGE_SH, Budget, project_version
+from release.build import IMAGE_PATH, IMAGE_SH, Budget, project_version
+from release.registry import RegistryError, ensure_installed
+from release.rehearse import rehearse, write_hosts_toml
+from testbed.cluster.apiserver import TestCluster
+from testbed.node.e2e import helm_binary
+from testbed.node.realnode import RealNode
 from testbed.terminal import say
+from testbed.tools.helm import Helm
 
 
 def _skip_or_fail(reason: str) -> None:

@@ -26,10 +26,10 @@ from kuberhealthy.records.checkspec import CheckSpec
 from kuberhealthy.run.runner import Outcome, Runner, RunResult
 from kuberhealthy.web.context import EXTENSION, WebContext
 from kuberhealthy.web.report.tokens import TokenVerifier
-from testbed.builders import khc, khcheck, khs, pods_path
-from testbed.cluster import TestCluster
-from testbed.inprocess import InProcessDaemon
-from testbed.loopback import outside_ip
+from testbed.cluster.apiserver import TestCluster
+from testbed.cluster.builders import khc, khcheck, khs, pods_path
+from testbed.cluster.loopback import outside_ip
+from testbed.daemons.inprocess import InProcessDaemon
 from testbed.sim.kubelet import SimKubelet
 from testbed.sim.records import PodRecord
 from testbed.wait import wait_for

@@ -14,10 +14,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kuberhealthy.control.workers import CheckWorker
 from kuberhealthy.records.runnow import RUN_NOW_ANNOTATION
-from testbed.builders import khc, khcheck
-from testbed.cluster import TestCluster
-from testbed.formats import promtool_check
-from testbed.inprocess import InProcessDaemon
+from testbed.clients.formats import promtool_check
+from testbed.cluster.apiserver import TestCluster
+from testbed.cluster.builders import khc, khcheck
+from testbed.daemons.inprocess import InProcessDaemon
 from testbed.sim.kubelet import SimKubelet
 from testbed.wait import wait_for
 

@@ -14,8 +14,8 @@ from kuberhealthy.records.checkpod import RUN_KEY_ANNOTATION, run_key_sha256
 from kuberhealthy.records.checkspec import CheckSpec
 from kuberhealthy.records.khstate import RUN_KEY_SHA256, RUN_POD
 from kuberhealthy.run.runner import Outcome, Phase, Runner
-from testbed.builders import checker_pod
-from testbed.inprocess import InProcessDaemon, check_spec, state_of
+from testbed.cluster.builders import checker_pod
+from testbed.daemons.inprocess import InProcessDaemon, check_spec, state_of
 from testbed.wait import wait_for
 
 

@@ -13,10 +13,10 @@ from kuberhealthy.kube import KHJOBS, KHSTATES, PODS
 from kuberhealthy.outputs.runstats import SKIP_API
 from kuberhealthy.records import khstate
 from kuberhealthy.run.runner import Outcome, Runner
-from testbed.builders import MERGE_PATCH, checker_pod, khjob
-from testbed.cluster import TestCluster
+from testbed.cluster.apiserver import TestCluster
+from testbed.cluster.builders import MERGE_PATCH, checker_pod, khjob
+from testbed.daemons.inprocess import InProcessDaemon, check_spec, state_of
 from testbed.fakes.readouts import skipped_count
-from testbed.inprocess import InProcessDaemon, check_spec, state_of
 from testbed.sim.kubelet import SimKubelet
 from testbed.wait import wait_for
 

@@ -18,9 +18,9 @@ import pytest
 from kuberhealthy.kube import PODS
 from kuberhealthy.records.checkspec import CheckSpec
 from kuberhealthy.run.runner import Outcome, Phase, Runner, RunResult
-from testbed.cluster import TestCluster
+from testbed.cluster.apiserver import TestCluster
+from testbed.daemons.inprocess import InProcessDaemon, check_spec, state_of
 from testbed.fakes.readouts import skipped_count
-from testbed.inprocess import InProcessDaemon, check_spec, state_of
 from testbed.sim.kubelet import SimKubelet
 from testbed.sim.timings import REAL
 from testbed.wait import wait_for

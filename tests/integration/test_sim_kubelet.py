@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from testbed.builders import container, pods_path
-from testbed.cluster import TestCluster
-from testbed.objects import get_or_none
+from testbed.cluster.apiserver import TestCluster
+from testbed.cluster.builders import container, pods_path
+from testbed.cluster.objects import get_or_none
 from testbed.sim import kubelet as kubelet_module
 from testbed.sim.api import RawApi, SimApiError
 from testbed.sim.behaviours import Behaviour, behaviour_for_image

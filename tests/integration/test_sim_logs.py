@@ -7,8 +7,8 @@ import re
 import urllib.parse
 from typing import Any
 
-from testbed.builders import container, pods_path
-from testbed.cluster import TestCluster
+from testbed.cluster.apiserver import TestCluster
+from testbed.cluster.builders import container, pods_path
 from testbed.sim import logs
 from testbed.sim.kubelet import SimKubelet
 from testbed.sim.receiver import ReportReceiver

@@ -9,9 +9,9 @@ from typing import Any
 from kuberhealthy.records.checkpod import TOKEN_AUDIENCE as AUDIENCE
 from kuberhealthy.records.checkpod import TOKEN_DIR as MOUNT
 from kuberhealthy.records.checkpod import TOKEN_PATH as INSIDE
-from testbed.builders import TOKEN_FILE_ENV, container, pods_path
-from testbed.cluster import TestCluster
-from testbed.loopback import outside_ip
+from testbed.cluster.apiserver import TestCluster
+from testbed.cluster.builders import TOKEN_FILE_ENV, container, pods_path
+from testbed.cluster.loopback import outside_ip
 from testbed.sim.kubelet import SimKubelet
 from testbed.sim.receiver import ReportReceiver
 from testbed.wait import wait_for

@@ -17,11 +17,11 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from kuberhealthy.kube import KHCHECKS
-from testbed.builders import khcheck
-from testbed.cluster import TestCluster
-from testbed.daemon import DaemonProcess
-from testbed.objects import create_namespace, state_spec
-from testbed.rawhttp import request
+from testbed.clients.rawhttp import request
+from testbed.cluster.apiserver import TestCluster
+from testbed.cluster.builders import khcheck
+from testbed.cluster.objects import create_namespace, state_spec
+from testbed.daemons.process import DaemonProcess
 from testbed.sim.kubelet import SimKubelet
 from testbed.wait import wait_for
 

@@ -6,10 +6,10 @@ import time
 import pytest
 
 from kuberhealthy.kube import KHCHECKS
-from testbed.builders import khcheck
-from testbed.cluster import TestCluster
-from testbed.inprocess import InProcessDaemon
-from testbed.podmonitor import LivePodMonitor
+from testbed.cluster.apiserver import TestCluster
+from testbed.cluster.builders import khcheck
+from testbed.cluster.podmonitor import LivePodMonitor
+from testbed.daemons.inprocess import InProcessDaemon
 from testbed.sim.kubelet import SimKubelet
 
 CHECKS = 20

@@ -12,9 +12,9 @@ from kuberhealthy.kube.resources import FOREIGN
 from kuberhealthy.records.checkpod import pod_name
 from kuberhealthy.records.khstate import RunClaim
 from kuberhealthy.run.runner import Outcome, Runner
-from testbed.cluster import TestCluster
-from testbed.inprocess import InProcessDaemon, check_spec, state_of
-from testbed.objects import create_lease
+from testbed.cluster.apiserver import TestCluster
+from testbed.cluster.objects import create_lease
+from testbed.daemons.inprocess import InProcessDaemon, check_spec, state_of
 from testbed.sim.kubelet import SimKubelet
 from testbed.wait import wait_for
 

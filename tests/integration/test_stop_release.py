@@ -1,4 +1,4 @@
-"""`kuberhealthy stop-release` (daemon/release.py, the chart's pre-delete hook) against the real API
+"""`kuberhealthy stop-release` (daemon/stoprelease.py, the chart's pre-delete hook) against the real API
 server: it scales the daemon's Deployment to 0 and returns only once the daemon pods are gone. There is
 no controller here, so the test plays the ReplicaSet: it deletes the pods itself once the scale-down is
 seen, as the Deployment's controller would."""
@@ -11,9 +11,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from kuberhealthy.daemon.release import stop_release
+from kuberhealthy.daemon.stoprelease import stop_release
 from kuberhealthy.kube import Kube, Resources
-from testbed.cluster import TestCluster
+from testbed.cluster.apiserver import TestCluster
 from testbed.wait import wait_for
 
 LABELS = {"app": "kh-under-test"}

@@ -1,4 +1,4 @@
-"""`kuberhealthy check-service` (daemon/selftest.py), the chart's `helm test`, against a real HTTP server on
+"""`kuberhealthy check-service` (daemon/checkservice.py), the chart's `helm test`, against a real HTTP server on
 the loopback interface that answers as the daemon does, or not yet, or wrongly."""
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from kuberhealthy import cli
-from kuberhealthy.daemon import selftest
-from testbed.loopback import free_port
+from kuberhealthy.daemon import checkservice
+from testbed.cluster.loopback import free_port
 
 PAGE = {"OK": False, "Errors": ["ns/a: boom"], "CheckDetails": {"ns/a": {}, "ns/b": {}}, "JobDetails": {},
         "CurrentMaster": "kh-0"}
@@ -70,7 +70,7 @@ def daemon() -> Iterator[FakeDaemon]:
 
 
 def test_a_ready_service_with_a_status_page_passes_at_once_and_reports_its_ok_value(daemon: FakeDaemon) -> None:
-    outcome = selftest.check_service(daemon.url, deadline=10, interval=0.01)
+    outcome = checkservice.check_service(daemon.url, deadline=10, interval=0.01)
     assert outcome.ok
     assert outcome.line == f"kuberhealthy check-service: {daemon.url} passed: /readyz 200, / OK=false, 2 checks " \
                            "(attempt 1)"
@@ -79,7 +79,7 @@ def test_a_ready_service_with_a_status_page_passes_at_once_and_reports_its_ok_va
 
 def test_a_service_that_becomes_ready_after_some_attempts_passes(daemon: FakeDaemon) -> None:
     daemon.answers["/readyz"] = [(503, b"not synced"), (503, b"not synced"), (200, b"ok")]
-    outcome = selftest.check_service(daemon.url, deadline=10, interval=0.01)
+    outcome = checkservice.check_service(daemon.url, deadline=10, interval=0.01)
     assert outcome.ok and "(attempt 3)" in outcome.line
     assert daemon.paths == ["/readyz", "/readyz", "/readyz", "/"]
 
@@ -95,7 +95,7 @@ def test_a_service_that_never_answers_as_the_daemon_does_fails_after_its_deadlin
         daemon: FakeDaemon, readyz: tuple[int, bytes], page: tuple[int, bytes], seen: str) -> None:
     daemon.answers = {"/readyz": [readyz], "/": [page]}
     clock = iter(range(1000))  # each reading half a second later: the deadline passes after a few attempts
-    outcome = selftest.check_service(daemon.url, deadline=3, interval=0.01, clock=lambda: next(clock) / 2)
+    outcome = checkservice.check_service(daemon.url, deadline=3, interval=0.01, clock=lambda: next(clock) / 2)
     assert not outcome.ok
     assert outcome.line.startswith(f"kuberhealthy check-service: {daemon.url} failed: {seen} (after ")
     assert daemon.paths.count("/readyz") >= 2  # it retried
@@ -104,7 +104,7 @@ def test_a_service_that_never_answers_as_the_daemon_does_fails_after_its_deadlin
 def test_nothing_listening_fails_with_one_line_and_no_traceback() -> None:
     url = f"http://127.0.0.1:{free_port()}"
     clock = iter(range(1000))
-    outcome = selftest.check_service(url, deadline=2, interval=0.01, clock=lambda: next(clock) / 2)
+    outcome = checkservice.check_service(url, deadline=2, interval=0.01, clock=lambda: next(clock) / 2)
     assert not outcome.ok
     assert outcome.line.startswith(f"kuberhealthy check-service: {url} failed: no answer (")
     assert "\n" not in outcome.line
@@ -113,21 +113,21 @@ def test_nothing_listening_fails_with_one_line_and_no_traceback() -> None:
 def test_the_stop_event_ends_the_retries() -> None:
     stop = threading.Event()
     stop.set()
-    outcome = selftest.check_service(f"http://127.0.0.1:{free_port()}", deadline=3600, interval=3600, stop=stop)
+    outcome = checkservice.check_service(f"http://127.0.0.1:{free_port()}", deadline=3600, interval=3600, stop=stop)
     assert not outcome.ok and "after 1 attempts" in outcome.line
 
 
 def test_the_address_comes_from_the_services_environment_variables_or_the_url() -> None:
     env = {"KH_SERVICE_HOST": "10.96.0.12", "KH_SERVICE_PORT": "80", "V6_SERVICE_HOST": "fd00::12"}
-    assert selftest.base_url(None, "KH_SERVICE_HOST", "KH_SERVICE_PORT", env) == "http://10.96.0.12:80"
-    assert selftest.base_url(None, "V6_SERVICE_HOST", "KH_SERVICE_PORT", env) == "http://[fd00::12]:80"
-    assert selftest.base_url("http://kh.example/", None, None, env) == "http://kh.example"
+    assert checkservice.base_url(None, "KH_SERVICE_HOST", "KH_SERVICE_PORT", env) == "http://10.96.0.12:80"
+    assert checkservice.base_url(None, "V6_SERVICE_HOST", "KH_SERVICE_PORT", env) == "http://[fd00::12]:80"
+    assert checkservice.base_url("http://kh.example/", None, None, env) == "http://kh.example"
     for args, says in [((None, "NOPE_SERVICE_HOST", "KH_SERVICE_PORT"), "$NOPE_SERVICE_HOST is not set"),
                        ((None, "KH_SERVICE_HOST", "KH_SERVICE_HOST"), "$KH_SERVICE_HOST is not a port number"),
                        ((None, "KH_SERVICE_HOST", None), "give --url, or both"),
                        (("kh.example", None, None), "--url must be an http(s) URL")]:
-        with pytest.raises(selftest.UsageError, match=re.escape(says)):
-            selftest.base_url(*args, environ=env)
+        with pytest.raises(checkservice.UsageError, match=re.escape(says)):
+            checkservice.base_url(*args, environ=env)
 
 
 def test_the_subcommand_prints_one_line_and_exits_0_when_the_service_answers(

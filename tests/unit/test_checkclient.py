@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from testbed.loopback import free_port
+from testbed.cluster.loopback import free_port
 from testbed.paths import REPO
 
 MODULE = os.environ.get("CHECKCLIENT_UNDER_TEST", "kuberhealthy.checkclient")

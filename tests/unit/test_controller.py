@@ -17,10 +17,10 @@ from kuberhealthy.base.threads import Deaths
 from kuberhealthy.base.times import format_datetime, utcnow
 from kuberhealthy.control.controller import Controller, JobWorker
 from kuberhealthy.kube import KHCHECKS, KHJOBS, KHSTATES, PODS, Obj
+from kuberhealthy.needs import Part
 from kuberhealthy.records import khstate
 from kuberhealthy.records.checkspec import CheckSpec
 from kuberhealthy.run.runner import Outcome, Phase, Runner, RunResult
-from kuberhealthy.seams import Part
 from testbed.fakes import NS, FakeClock, FakeServices, fake_config, khcheck, khjob, khstate_of, report
 
 JOIN = 5.0  # seconds

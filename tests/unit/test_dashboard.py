@@ -15,8 +15,8 @@ from flask.testing import FlaskClient
 from kuberhealthy.base.times import format_time
 from kuberhealthy.kube import KHCHECKS, KHJOBS, KHSTATES, PODS
 from kuberhealthy.web import create_app
+from testbed.daemons.inprocess import history_keys
 from testbed.fakes import NS, POD_NAME, FakeServices, fake_config, khcheck, khjob, khstate_of
-from testbed.inprocess import history_keys
 
 BROWSER = "text/html,application/xhtml+xml,application/xml;q=0.9,image/avif,image/webp,*/*;q=0.8"
 

@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 
 from kuberhealthy.base.times import format_time
-from kuberhealthy.web.dashboard import view as dashview
+from kuberhealthy.web.dashboard import rows as dashview
 from kuberhealthy.web.dashboard.changelog import ChangeLog, Delta
-from kuberhealthy.web.dashboard.view import Filter, countdown, duration_text, relative
+from kuberhealthy.web.dashboard.rows import Filter, countdown, duration_text, relative
 
 NOW = 1_800_000_000.0
 

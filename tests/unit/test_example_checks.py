@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 import yaml
 
-from testbed.loopback import free_port
+from testbed.cluster.loopback import free_port
 from testbed.paths import REPO
 
 EXAMPLES = REPO / "examples" / "checks"

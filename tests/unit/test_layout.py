@@ -2,7 +2,7 @@
 
 The contract tests are black-box: they and every test bed module they use (directly or through other
 test bed modules), and the pytest plugin that is loaded for them, import nothing of `kuberhealthy`.
-Within the test bed only testbed/inprocess.py (the in-process daemon) and testbed/fakes/ (in-memory fakes
+Within the test bed only testbed/daemons/inprocess.py (the in-process daemon) and testbed/fakes/ (in-memory fakes
 of the product's seams, for unit tests) may import the product. Tests import the test bed, never each
 other or a conftest.
 """
@@ -16,7 +16,7 @@ from testbed.paths import REPO
 PLUGIN = "testbed.pytest_plugin"
 # The test bed modules that may import kuberhealthy: the in-process daemon wrapper and the in-memory fakes
 # of the product's seams (used by unit tests only; the contract tests import neither).
-PRODUCT_AWARE = {"testbed.inprocess", "testbed.fakes.api", "testbed.fakes.cache",
+PRODUCT_AWARE = {"testbed.daemons.inprocess", "testbed.fakes.api", "testbed.fakes.cache",
                  "testbed.fakes.clock", "testbed.fakes.gate", "testbed.fakes.readouts", "testbed.fakes.world"}
 
 
@@ -54,7 +54,7 @@ def test_contract_tests_and_the_test_bed_modules_they_use_import_nothing_of_the_
     deps = _deps()
     contract = {m for m in deps if m.startswith("tests.contract")}
     used = _closure(deps, contract | {PLUGIN})
-    assert contract and {"testbed", "testbed.daemon", "testbed.sim"} <= used  # the walk sees what it should
+    assert contract and {"testbed", "testbed.daemons.process", "testbed.sim"} <= used  # the walk sees what it should
     assert _importing_the_product(deps, used) == {}
 
 

@@ -20,8 +20,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from kuberhealthy.base.times import format_time
 from kuberhealthy.kube import KHCHECKS, KHSTATES, Obj
 from kuberhealthy.records import pause
+from kuberhealthy.web.entries import ViewCache
 from kuberhealthy.web.status.page import StatusCache
-from kuberhealthy.web.views import ViewCache
 from testbed.fakes import NS, POD_NAME, FakeServices, khcheck, khstate_of
 
 HOUR = 3600.0

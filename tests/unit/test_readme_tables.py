@@ -30,7 +30,7 @@ from kuberhealthy.daemon.httpworker import PollingWorker
 from kuberhealthy.records import checkpod
 from kuberhealthy.web import create_app
 from testbed.fakes import FakeServices
-from testbed.helm import Helm
+from testbed.tools.helm import Helm
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"

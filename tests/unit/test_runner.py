@@ -14,11 +14,11 @@ import pytest
 
 from kuberhealthy.base.errors import Unreachable
 from kuberhealthy.kube import KHSTATES, PODS, Api, Cache, Obj
+from kuberhealthy.needs import ControlNeeds, ReaperNeeds, RunNeeds, WebNeeds
 from kuberhealthy.records import khstate
 from kuberhealthy.records.checkpod import build_pod
 from kuberhealthy.records.checkspec import CheckSpec
 from kuberhealthy.run.runner import Outcome, Phase, Runner, RunResult
-from kuberhealthy.seams import ControlNeeds, ReaperNeeds, RunNeeds, WebNeeds
 from testbed.fakes import NODE, NS, REPORTING_URL, FakeServices, FakeStop, check_spec, khstate_of, report
 from testbed.fakes.clock import stamp
 from testbed.fakes.readouts import skipped_count

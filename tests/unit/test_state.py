@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from kuberhealthy.records.khstate import FINISHED_UUID, RUN_POD
 from kuberhealthy.web.status.gojson import go_json_string, go_time, is_blank, valid_text
 from kuberhealthy.web.status.page import StatusCache, details_of, render, summarize
-from testbed.builders import khstate as khstate_body
+from testbed.cluster.builders import khstate as khstate_body
 
 GOLDEN = (
     '{\n'

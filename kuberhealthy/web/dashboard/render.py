@@ -25,8 +25,8 @@ from kuberhealthy.base.times import format_time
 from kuberhealthy.records.runnow import RUN_NOW_ANNOTATION
 from kuberhealthy.web.context import WebContext, context, plain
 from kuberhealthy.web.dashboard import changelog
-from kuberhealthy.web.dashboard import view as dashview
-from kuberhealthy.web.views import CHECK, Built
+from kuberhealthy.web.dashboard import rows as dashview
+from kuberhealthy.web.entries import CHECK, Built
 
 DASHBOARD = "kuberhealthy.dashboard"  # app.extensions key
 STATIC = Path(__file__).parent / "static"

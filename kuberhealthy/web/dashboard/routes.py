@@ -20,7 +20,7 @@ from flask import Blueprint, Response, abort, request, send_from_directory
 from kuberhealthy.web.context import plain
 from kuberhealthy.web.dashboard import changelog
 from kuberhealthy.web.dashboard import render as dashpage
-from kuberhealthy.web.dashboard import view as dashview
+from kuberhealthy.web.dashboard import rows as dashview
 
 bp = Blueprint("dashboard", __name__, template_folder="templates")
 

@@ -29,9 +29,9 @@ from typing import TypeAlias
 
 from kuberhealthy.base.errors import ApiError
 from kuberhealthy.kube import Cache, Obj
+from kuberhealthy.needs import WebNeeds
 from kuberhealthy.records.checkpod import pod_ip_index
 from kuberhealthy.records.khstate import WORKLOAD_JOB, TokenBinding, bound_reason, token_bound_generation
-from kuberhealthy.seams import WebNeeds
 from kuberhealthy.web.report import stats
 from kuberhealthy.web.report.finder import (
     READ_RESERVE,

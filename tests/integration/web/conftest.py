@@ -1,7 +1,7 @@
 """Fixtures for the HTTP API over real services: the test API server, the caches, a real HTTP server.
 
 Checker pods are created through the API and given a Running status with a loopback pod IP by hand
-(`PodMaker`, testbed/inprocess.py), so a report can come from the pod's own address (Linux routes all
+(`PodMaker`, testbed/daemons/inprocess.py), so a report can come from the pod's own address (Linux routes all
 of 127/8 on lo). Every test here also gets the autouse thread-leak guard.
 """
 from __future__ import annotations
@@ -13,8 +13,8 @@ from flask import Flask
 
 from kuberhealthy.daemon.services import Services
 from kuberhealthy.web import create_app
-from testbed.cluster import TestCluster
-from testbed.inprocess import PodMaker, WebServer, make_services, serve
+from testbed.cluster.apiserver import TestCluster
+from testbed.daemons.inprocess import PodMaker, WebServer, make_services, serve
 
 
 @pytest.fixture

@@ -15,11 +15,11 @@ from kuberhealthy.base.times import format_datetime, parse_time, utcnow
 from kuberhealthy.daemon.services import Services
 from kuberhealthy.records import khstate
 from kuberhealthy.records.runnow import RUN_NOW_ANNOTATION
-from testbed.builders import khc, khcheck, khj, khjob
-from testbed.cluster import TestCluster
-from testbed.formats import promtool_check
-from testbed.inprocess import POD_NAME, PodMaker, WebServer, history_keys, wait_cached
-from testbed.rawhttp import Answer, assert_one_line_plain_text, request
+from testbed.clients.formats import promtool_check
+from testbed.clients.rawhttp import Answer, assert_one_line_plain_text, request
+from testbed.cluster.apiserver import TestCluster
+from testbed.cluster.builders import khc, khcheck, khj, khjob
+from testbed.daemons.inprocess import POD_NAME, PodMaker, WebServer, history_keys, wait_cached
 from testbed.wait import wait_for
 
 

@@ -9,10 +9,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 from bench.attack.bed import daemon_requests
 from kuberhealthy.daemon.services import Services
-from testbed.cluster import TestCluster
-from testbed.inprocess import PodMaker, WebServer
-from testbed.loopback import outside_ip
-from testbed.rawhttp import Answer, post_report
+from testbed.clients.rawhttp import Answer, post_report
+from testbed.cluster.apiserver import TestCluster
+from testbed.cluster.loopback import outside_ip
+from testbed.daemons.inprocess import PodMaker, WebServer
 from testbed.wait import wait_for
 
 OK = {"OK": True, "Errors": []}

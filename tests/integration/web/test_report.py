@@ -12,10 +12,10 @@ from flask import Flask
 from kuberhealthy.base.errors import Forbidden, Unreachable
 from kuberhealthy.daemon.services import Services
 from kuberhealthy.web.report.body import MAX_BODY
-from testbed.inprocess import PodMaker, WebServer, rv, serve
-from testbed.loopback import pod_ip
-from testbed.objects import set_pod_status
-from testbed.rawhttp import post_report, request
+from testbed.clients.rawhttp import post_report, request
+from testbed.cluster.loopback import pod_ip
+from testbed.cluster.objects import set_pod_status
+from testbed.daemons.inprocess import PodMaker, WebServer, rv, serve
 from testbed.wait import wait_for
 
 OK = {"OK": True, "Errors": []}

@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from kuberhealthy.daemon.services import Services
 from kuberhealthy.web import create_app
 from kuberhealthy.web.report.body import MAX_BODY
-from testbed.inprocess import PodMaker, rv, wait_cached
-from testbed.loopback import pod_ip
+from testbed.cluster.loopback import pod_ip
+from testbed.daemons.inprocess import PodMaker, rv, wait_cached
 
 KEYS = ["OK", "ok", "Ok", "oK", "Errors", "errors", "ERRORS", "eRrOrS", "o\u212a", "error", "Error", "extra", ""]
 json_scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20)

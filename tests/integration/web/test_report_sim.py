@@ -4,7 +4,7 @@ from __future__ import annotations
 import uuid
 
 from kuberhealthy.daemon.services import Services
-from testbed.inprocess import PodMaker, WebServer, wait_cached
+from testbed.daemons.inprocess import PodMaker, WebServer, wait_cached
 from testbed.sim import SimKubelet
 from testbed.wait import wait_for
 

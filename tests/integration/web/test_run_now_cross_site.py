@@ -12,10 +12,10 @@ import pytest
 
 from kuberhealthy.daemon.services import Services
 from kuberhealthy.records.runnow import RUN_NOW_ANNOTATION
-from testbed.builders import khc, khcheck
-from testbed.cluster import TestCluster
-from testbed.inprocess import PodMaker, WebServer
-from testbed.rawhttp import Answer, assert_one_line_plain_text, request
+from testbed.clients.rawhttp import Answer, assert_one_line_plain_text, request
+from testbed.cluster.apiserver import TestCluster
+from testbed.cluster.builders import khc, khcheck
+from testbed.daemons.inprocess import PodMaker, WebServer
 from testbed.wait import wait_for
 
 EVIL = "http://evil.example"

@@ -11,12 +11,12 @@ from flask import Flask
 
 from kuberhealthy.daemon.services import Services
 from kuberhealthy.web import create_app
-from testbed.builders import khj, khjob
-from testbed.cluster import TestCluster
-from testbed.formats import promtool_check
-from testbed.inprocess import PodMaker, WebServer, make_services, serve, wait_cached
-from testbed.objects import create_namespace
-from testbed.rawhttp import post_report, request
+from testbed.clients.formats import promtool_check
+from testbed.clients.rawhttp import post_report, request
+from testbed.cluster.apiserver import TestCluster
+from testbed.cluster.builders import khj, khjob
+from testbed.cluster.objects import create_namespace
+from testbed.daemons.inprocess import PodMaker, WebServer, make_services, serve, wait_cached
 from testbed.wait import wait_for
 
 # What Go's json.MarshalIndent writes for these khstates (see tests/unit/test_state.py for its origin).

@@ -19,11 +19,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from testbed.demo import follow
-from testbed.e2e import E2E, chart_values, example_objects, helm_binary, import_images, kubectl_from_env
-from testbed.e2e_images import build_all, example_names
-from testbed.helm import Helm
-from testbed.node import NODE_SH, RealNode, RealNodeError
+from testbed.demo.local import follow
+from testbed.node.e2e import E2E, chart_values, example_objects, helm_binary, import_images, kubectl_from_env
+from testbed.node.images import build_all, example_names
+from testbed.node.realnode import NODE_SH, RealNode, RealNodeError
+from testbed.tools.helm import Helm
 
 SHELL = "localhost/kh-e2e/shell-check:e2e"
 FAIL_REASON = "the demo's check fails on purpose"

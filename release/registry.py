@@ -1,6 +1,6 @@
 """A throw-away OCI registry on 127.0.0.1: Debian's `docker-registry` (the CNCF distribution, 2.8),
 started by hand from a temporary config and storage directory, for the release rehearsal
-(testbed/release.py).
+(release/rehearse.py).
 
 apt starts no services on this machine kind, so the package is only installed (`ensure_installed`, with
 apt-get as hack/tools.sh installs its Debian packages) and `/usr/bin/docker-registry serve CONFIG` runs
@@ -21,14 +21,14 @@ import urllib.request
 from pathlib import Path
 from types import TracebackType
 
-from testbed.loopback import free_port
+from testbed.cluster.loopback import free_port
 from testbed.procs import end_group
 
 BINARY = "/usr/bin/docker-registry"
 PACKAGE = "docker-registry"
 START_TIMEOUT = 30.0
 
-CONFIG = """# Written by testbed/registry.py: a throw-away registry for the release rehearsal.
+CONFIG = """# Written by release/registry.py: a throw-away registry for the release rehearsal.
 version: 0.1
 log:
   level: warn

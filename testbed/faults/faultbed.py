@@ -1,7 +1,7 @@
 """A fault bed: the real test bed, the simulated kubelet, the daemon as real processes, observers, and
 the faults of issue 9 (docs/interface.md#under-faults), each measured from the outside.
 
-Used by bench/faults.py (`make faults`, the full scenarios) and tests/integration/test_faults.py (short
+Used by bench/faults_bench.py (`make faults`, the full scenarios) and tests/integration/test_faults.py (short
 regression versions); verdict.evaluate(bed, ...) turns what the bed observed into an Outcome. Every
 checker reports OK, so an OK:false khstate write is a false alarm. The evidence comes from the
 observers in observe.py (audit log, pod watch, HTTP polls), never from the product's own state.
@@ -20,14 +20,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from testbed.builders import khc, khcheck
-from testbed.cluster import ADMIN_TOKEN, TestCluster, kubeconfig_text, start_cluster
-from testbed.crds import install_crds
-from testbed.daemon import DaemonProcess
-from testbed.objects import create_namespace, lease_holder
-from testbed.observe import AuditTail, EndpointPoller, PodObserver, StatusPageFailures
+from testbed.cluster.apiserver import ADMIN_TOKEN, TestCluster, kubeconfig_text, start_cluster
+from testbed.cluster.builders import khc, khcheck
+from testbed.cluster.crds import install_crds
+from testbed.cluster.objects import create_namespace, lease_holder
+from testbed.daemons.process import DaemonProcess
+from testbed.faults.observe import AuditTail, EndpointPoller, PodObserver, StatusPageFailures
+from testbed.faults.tcpproxy import TcpProxy
 from testbed.sim.kubelet import SimKubelet
-from testbed.tcpproxy import TcpProxy
 from testbed.wait import wait_for
 
 RECOVERY_LIMIT = 60.0  # seconds: the contract's "first good run after the fault" for short intervals

@@ -8,7 +8,7 @@ ClusterIP, and the daemon keeps its default reporting URL
 (`http://kuberhealthy.<ns>.svc.cluster.local/externalCheckStatus`).
 
 It imports nothing of `kuberhealthy` (the tests are black-box) and does not start the node
-(testbed/node.py) or build images (testbed/e2e_images.py).
+(testbed/node/realnode.py) or build images (testbed/node/images.py).
 """
 from __future__ import annotations
 
@@ -28,15 +28,15 @@ import requests
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from testbed.e2e_images import EXAMPLES
-from testbed.e2e_images import TAG as IMAGE_TAG
-from testbed.helm import Helm, find_helm
-from testbed.loopback import free_port
+from testbed.cluster.loopback import free_port
+from testbed.node.images import EXAMPLES
+from testbed.node.images import TAG as IMAGE_TAG
 from testbed.paths import CHART, REPO
 from testbed.procs import end_group
+from testbed.tools.helm import Helm, find_helm
 
 if TYPE_CHECKING:
-    from testbed.node import RealNode
+    from testbed.node.realnode import RealNode
 
 RELEASE = "kh"
 API_TIMEOUT = 60.0
@@ -268,7 +268,7 @@ def chart_values(daemon_image: str) -> list[str]:
 
 
 def helm_binary() -> str | None:
-    """testbed.helm.find_helm(), after fetching helm with hack/tools.sh when there is none (None: still none)."""
+    """testbed.tools.helm.find_helm(), after fetching helm with hack/tools.sh when there is none (None: still none)."""
     binary = find_helm()
     if binary is None:
         subprocess.run(["bash", str(REPO / "hack" / "tools.sh")], check=False, capture_output=True, timeout=600)

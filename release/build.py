@@ -1,4 +1,4 @@
-"""What a release publishes, built and pushed (testbed/release.py is the command, `python -m testbed.release`).
+"""What a release publishes, built and pushed (release/rehearse.py is the command, `python -m release`).
 
 `build` writes into its output directory: python/ (the daemon's sdist and its wheel, the wheel built from
 the sdist as `python -m build` does, and the checker client's wheel from clients/python/), chart/ (`helm
@@ -26,8 +26,8 @@ from pathlib import Path
 import yaml
 
 from testbed.budget import TimeBudget
-from testbed.helm import Helm
 from testbed.paths import CHART, REPO
+from testbed.tools.helm import Helm
 
 IMAGE_SH = REPO / "hack" / "image.sh"
 CLIENT = REPO / "clients" / "python"

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from kuberhealthy.base.durations import format_duration
 from kuberhealthy.base.errors import ApiError
 from kuberhealthy.kube import Obj
+from kuberhealthy.needs import RunNeeds
 from kuberhealthy.outputs.events import KIND_CHECK, KIND_JOB, ObjectRef
 from kuberhealthy.records import khstate
 from kuberhealthy.records.checkspec import CheckSpec
@@ -24,7 +25,6 @@ from kuberhealthy.records.history import RunRecord
 from kuberhealthy.run.guard import Guard, Skipped
 from kuberhealthy.run.podstate import RunPod, node_of, read_log_tail
 from kuberhealthy.run.result import Outcome, RunResult
-from kuberhealthy.seams import RunNeeds
 
 GRACE = 10.0  # seconds past the deadline still spent writing a verdict (RECORD, an error)
 LOG_TIMEOUT = 3.0  # seconds for reading a failed checker's log tail

@@ -1,6 +1,6 @@
 """Objects made and read through the test bed's API server as the admin, with raw requests.
 
-The bodies come from testbed/builders.py; every call goes through `TestCluster.request`, independent
+The bodies come from testbed/cluster/builders.py; every call goes through `TestCluster.request`, independent
 of the product's client code (nothing here imports `kuberhealthy`). Pods made here are bound to a node
 or carry a status set by hand, so the simulated kubelet leaves them alone unless a test wants it.
 """
@@ -10,7 +10,8 @@ import urllib.error
 import uuid
 from typing import Any
 
-from testbed.builders import (
+from testbed.cluster.apiserver import TestCluster
+from testbed.cluster.builders import (
     CHECK_LABEL,
     MERGE_PATCH,
     NAMESPACES,
@@ -22,8 +23,7 @@ from testbed.builders import (
     pod_status,
     pods_path,
 )
-from testbed.cluster import TestCluster
-from testbed.loopback import pod_ip
+from testbed.cluster.loopback import pod_ip
 
 NODE_ELSEWHERE = "testbed-node-nobody-drives"  # pods bound here are left alone by the simulated kubelet
 
@@ -82,7 +82,7 @@ def set_pod_status(cluster: TestCluster, ns: str, name: str, phase: str = "Runni
 def create_checker_pod(cluster: TestCluster, ns: str, name: str, *, check: str | None, run_uuid: str | None,
                        phase: str | None = "Running", ip: str | None = None, node_name: str | None = NODE_ELSEWHERE,
                        **body: Any) -> tuple[dict[str, Any], str]:
-    """A checker pod (testbed.builders.checker_pod, `body` its keywords) with the status `phase` written
+    """A checker pod (testbed.cluster.builders.checker_pod, `body` its keywords) with the status `phase` written
     by hand (None: no status) and pod IP `ip` (a fresh one by default). Bound to a node nobody drives
     unless `node_name` says otherwise (None: unbound, for the simulated kubelet). Returns (pod, ip)."""
     ip = ip or pod_ip()

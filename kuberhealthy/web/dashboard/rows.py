@@ -1,4 +1,4 @@
-"""What the dashboard shows, computed from the JSON API's entries (web/views.py's View): rows, groups, the
+"""What the dashboard shows, computed from the JSON API's entries (web/entries.py's View): rows, groups, the
 health summary, the filter, the text of times and durations, and which rows changed since a poll.
 
 The dashboard's templates render these; its script keeps the page current by asking `/dashboard/live`
@@ -19,7 +19,7 @@ from kuberhealthy.base.durations import parse_duration
 from kuberhealthy.base.times import format_time, parse_time
 from kuberhealthy.records import pause
 from kuberhealthy.records.history import SKIPPED
-from kuberhealthy.web.views import FAILING, JOB, NEVER_RUN, OK, View
+from kuberhealthy.web.entries import FAILING, JOB, NEVER_RUN, OK, View
 
 RANK = {FAILING: 0, NEVER_RUN: 1, OK: 2}  # failing first, then never run, then OK
 STATES = (FAILING, NEVER_RUN, OK)

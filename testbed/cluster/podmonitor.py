@@ -7,7 +7,7 @@ from typing import Any
 
 from kubernetes import client, config, watch
 
-from testbed.builders import APP_SELECTOR, CHECK_LABEL, RUN_ID_LABEL
+from testbed.cluster.builders import APP_SELECTOR, CHECK_LABEL, RUN_ID_LABEL
 
 
 class LivePodMonitor:

@@ -1,5 +1,5 @@
 """The verdict of a fault scenario: the invariants the daemon promises under faults (docs/interface.md),
-judged from what a FaultBed's observers saw (testbed/faults.py, observe.py), never from the product's
+judged from what a FaultBed's observers saw (testbed/faults/faultbed.py, observe.py), never from the product's
 own state. This module reads a FaultBed; faults.py never imports it back.
 
   1. no false alarm: no OK:false result written (audit log) or shown on `/` for a checker that reported
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import requests
 
-from testbed.faults import RECOVERY_LIMIT, FaultBed
-from testbed.observe import Availability, Failure, scrape_skipped
+from testbed.faults.faultbed import RECOVERY_LIMIT, FaultBed
+from testbed.faults.observe import Availability, Failure, scrape_skipped
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """A fake InfluxDB 1.x on 127.0.0.1: answers 204 to /write and /ping (200 to anything else) and keeps
 every batch of line protocol written, with its query string and Authorization header, for assertions.
 
-It checks nothing (no auth, no database); testbed/influxd.py runs the real one.
+It checks nothing (no auth, no database); testbed/tools/influxd.py runs the real one.
 """
 from __future__ import annotations
 

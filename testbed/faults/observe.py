@@ -4,7 +4,7 @@ They watch from outside the product and import none of it, so a bug in the produ
 itself from them, and each survives API server outages on its own terms:
 
 - AuditTail reads the API server's audit log, which the test bed keeps across restarts and where every
-  khstate write carries its request body (testbed/cluster.py AUDIT_POLICY): every OK/Errors the
+  khstate write carries its request body (testbed/cluster/apiserver.py AUDIT_POLICY): every OK/Errors the
   daemon managed to write is there, whatever the daemon's own caches or logs say.
 - PodObserver keeps a list+watch of checker pods (label app=kuberhealthy-check), re-listing after every
   broken stream so a missed DELETED can never leave a phantom live pod, and records the largest number
@@ -27,8 +27,8 @@ from typing import Any
 import requests
 import urllib3
 
-from testbed.builders import APP_SELECTOR, CHECK_LABEL, RUN_ID_LABEL
-from testbed.formats import parse_rfc3339
+from testbed.clients.formats import parse_rfc3339
+from testbed.cluster.builders import APP_SELECTOR, CHECK_LABEL, RUN_ID_LABEL
 from testbed.sim.api import OpenStream
 
 logger = logging.getLogger(__name__)

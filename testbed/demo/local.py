@@ -4,7 +4,7 @@ Starts everything on loopback, prints the dashboard's URL (the daemon runs with 
 exposeLogs on), refreshes a one-screen summary of the checks every few seconds, and stops everything
 on Ctrl-C (or after --seconds). The sample checks put the dashboard in every state: OK, failing (an
 error report, a timeout, an image that cannot be pulled), never run (a first run still in flight),
-running (a slow check), and a khjob. `Demo` is the same set-up for other tools (testbed/screenshots.py).
+running (a slow check), and a khjob. `Demo` is the same set-up for other tools (testbed/demo/screenshots.py).
 """
 from __future__ import annotations
 
@@ -19,11 +19,11 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from testbed.builders import khc, khcheck, khj, khjob
-from testbed.cluster import TestCluster, cleanup, start_cluster
-from testbed.crds import install_crds
-from testbed.daemon import DaemonProcess
-from testbed.objects import create_namespace
+from testbed.cluster.apiserver import TestCluster, cleanup, start_cluster
+from testbed.cluster.builders import khc, khcheck, khj, khjob
+from testbed.cluster.crds import install_crds
+from testbed.cluster.objects import create_namespace
+from testbed.daemons.process import DaemonProcess
 from testbed.sim.kubelet import SimKubelet
 
 NS = "kuberhealthy"

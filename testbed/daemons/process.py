@@ -3,7 +3,7 @@
 Gunicorn runs inside it, exactly as in production, for contract, leader-election, shutdown, fault and
 scale runs. The config file lives in the work dir and can be rewritten while the daemon runs (config
 reload). Nothing here imports `kuberhealthy`: black-box tests drive the product only through this, its
-HTTP endpoints and the API server. (testbed/inprocess.py wires the daemon into the test process.)
+HTTP endpoints and the API server. (testbed/daemons/inprocess.py wires the daemon into the test process.)
 """
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from typing import Any
 import requests
 import yaml
 
-from testbed.cluster import TestCluster
-from testbed.loopback import free_port
+from testbed.cluster.apiserver import TestCluster
+from testbed.cluster.loopback import free_port
 from testbed.paths import REPO
 from testbed.procs import end_group
 from testbed.wait import wait_for

@@ -1,16 +1,16 @@
-"""The release, built and rehearsed here: `make release-test` runs `python -m testbed.release rehearse`.
+"""The release, built and rehearsed here: `make release-test` runs `python -m release rehearse`.
 
-    python -m testbed.release rehearse [--node auto|always|never] [--node-lock FILE] [--out DIR]
+    python -m release rehearse [--node auto|always|never] [--node-lock FILE] [--out DIR]
                                        [--containerd-hosts auto|write|no]
-    python -m testbed.release build --out dist [--engine docker|podman] [--base debian|dockerfile|IMAGE]
+    python -m release build --out dist [--engine docker|podman] [--base debian|dockerfile|IMAGE]
                                     [--expect-tag v0.1.0]
-    python -m testbed.release push --out dist [--image-repo ghcr.io/kuberhealthy-py/kuberhealthy]
+    python -m release push --out dist [--image-repo ghcr.io/kuberhealthy-py/kuberhealthy]
                                    [--chart-repo oci://ghcr.io/kuberhealthy-py/charts] [--tag TAG]
 
-`build` and `push` are testbed/release_build.py's (the release workflow runs them). `rehearse` builds,
+`build` and `push` are release/build.py's (the release workflow runs them). `rehearse` builds,
 then checks what was built as a user gets it:
 
-1. registry: Debian's docker-registry started by hand on 127.0.0.1 (testbed/registry.py);
+1. registry: Debian's docker-registry started by hand on 127.0.0.1 (release/registry.py);
 2. push: the image (`podman push --tls-verify=false`) as <registry>/kuberhealthy-py/kuberhealthy:<appVersion>
    and the chart (`helm push --plain-http`) to oci://<registry>/charts; both tags are then read back;
 3. install: `helm install` from oci://<registry>/charts/kuberhealthy into a test bed API server with only
@@ -48,14 +48,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from testbed.cluster import TestCluster, cleanup, start_cluster
-from testbed.e2e import helm_binary
-from testbed.helm import Helm
-from testbed.node import NODE_SH, RealNode, RealNodeError
-from testbed.objects import create_namespace
-from testbed.paths import REPO
-from testbed.registry import LocalRegistry
-from testbed.release_build import (
+from release.build import (
     IMAGE_PATH,
     LOCAL_IMAGE,
     PUBLISHED_CHARTS,
@@ -69,13 +62,20 @@ from testbed.release_build import (
     remove_image,
     run,
 )
+from release.registry import LocalRegistry
+from testbed.cluster.apiserver import TestCluster, cleanup, start_cluster
+from testbed.cluster.objects import create_namespace
+from testbed.node.e2e import helm_binary
+from testbed.node.realnode import NODE_SH, RealNode, RealNodeError
+from testbed.paths import REPO
+from testbed.tools.helm import Helm
 
 RELEASE = "kh-release"
 NODE_NAMESPACE = "kh-release"
 READY_TIMEOUT = 240.0
 LOCK_TIMEOUT = 1800.0
 BUILD_TIMEOUT = 1800.0  # node.sh build on a cold cache (the Debian 1.20.2 tree is the test bed's)
-HOSTS_TOML = """# Written by testbed/release.py: the rehearsal's registry speaks plain HTTP.
+HOSTS_TOML = """# Written by release/rehearse.py: the rehearsal's registry speaks plain HTTP.
 server = "http://{addr}"
 
 [host."http://{addr}"]
@@ -361,7 +361,7 @@ def _helm(home: Path) -> Helm:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m testbed.release", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m release", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     reh = sub.add_parser("rehearse", help="build, push to a local registry, install, pip-install (make release-test)")
     reh.add_argument("--node", choices=("auto", "always", "never"), default="auto",
@@ -399,7 +399,7 @@ def main(argv: list[str] | None = None) -> int:
                 image, chart = push(Artifacts.load(args.out), helm, image_repo=args.image_repo,
                                     chart_repo=args.chart_repo, tag=args.tag, insecure=args.insecure)
                 budget.say(f"pushed {image} and {chart}")
-        except (ReleaseError, AssertionError) as e:  # AssertionError: a helm command failed (testbed.helm)
+        except (ReleaseError, AssertionError) as e:  # AssertionError: a helm command failed (testbed.tools.helm)
             budget.say(f"FAILED: {e}")
             return 1
         finally:

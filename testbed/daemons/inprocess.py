@@ -26,11 +26,11 @@ from kuberhealthy.records import khstate
 from kuberhealthy.records.checkspec import CheckSpec
 from kuberhealthy.records.history import RunRecord, apply_run
 from kuberhealthy.web import create_app
-from testbed.builders import khcheck, khs
-from testbed.builders import khstate as khstate_body
-from testbed.cluster import TestCluster
-from testbed.loopback import free_port, pod_ip
-from testbed.objects import create_checker_pod, set_pod_status
+from testbed.cluster.apiserver import TestCluster
+from testbed.cluster.builders import khcheck, khs
+from testbed.cluster.builders import khstate as khstate_body
+from testbed.cluster.loopback import free_port, pod_ip
+from testbed.cluster.objects import create_checker_pod, set_pod_status
 from testbed.wait import wait_for
 
 POD_NAME = "kh-test-0"  # the in-process daemon's (and the web services') POD_NAME

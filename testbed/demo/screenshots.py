@@ -1,6 +1,6 @@
 """`make screenshots`: the dashboard in headless chromium, light, dark and at a phone's width, into docs/.
 
-Runs the demo (testbed/demo.py: the real daemon, the simulated kubelet, its sample checks) until every
+Runs the demo (testbed/demo/local.py: the real daemon, the simulated kubelet, its sample checks) until every
 sample check has a result (but the one whose first run hangs: it shows "never run"), the quickest has
 six runs of history and the slow one is running (about a minute and a half), then writes
 
@@ -22,8 +22,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from testbed import browser
-from testbed.demo import CHECKS, NS, Demo
+from testbed.clients import browser
+from testbed.demo.local import CHECKS, NS, Demo
 from testbed.paths import REPO
 from testbed.wait import wait_for
 

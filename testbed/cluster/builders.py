@@ -2,7 +2,7 @@
 
 Written from the interface (docs/interface.md#custom-resources, #checker-pods), not from the product: nothing here
 imports `kuberhealthy`, so black-box tests can use it. Pure functions that return dicts; creating the objects
-through the API is testbed/objects.py. The contract's label and annotation names live here once.
+through the API is testbed/cluster/objects.py. The contract's label and annotation names live here once.
 """
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ curl). Each is saved with `podman save` for `RealNode.import_image`.
 The build contexts are assembled in a temporary directory with only the files each Dockerfile copies:
 the repository's .dockerignore is an allow-list for the daemon's build and would hide examples/.
 
-It does not start a node or import images; `python -m testbed.e2e_images [OUT_DIR]` builds them alone
+It does not start a node or import images; `python -m testbed.node.images [OUT_DIR]` builds them alone
 and prints the tarballs.
 """
 from __future__ import annotations

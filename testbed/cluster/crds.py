@@ -8,8 +8,8 @@ from typing import Any
 
 import yaml
 
-from testbed.builders import API_VERSION
-from testbed.cluster import TestCluster
+from testbed.cluster.apiserver import TestCluster
+from testbed.cluster.builders import API_VERSION
 from testbed.paths import CRD_DIR
 
 

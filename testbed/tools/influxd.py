@@ -19,7 +19,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from testbed.loopback import free_port
+from testbed.cluster.loopback import free_port
 
 INFLUXD = os.environ.get("KH_TEST_INFLUXD", "/usr/bin/influxd")
 

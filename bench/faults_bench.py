@@ -29,7 +29,7 @@ Verdicts: PASS; FAIL (an invariant violated: exit 1); BED (the only failures wer
 kubelet itself broke, e.g. a pod status write it lost during the outage: the invariant is unproven;
 exit 3). A scenario that could not be set up: exit 2.
 
-Usage: python -m bench.faults [--scenario NAME ...] [--quick] [--workdir DIR] [--election]
+Usage: python -m bench.faults_bench [--scenario NAME ...] [--quick] [--workdir DIR] [--election]
 """
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from testbed.faults import (
+from testbed.faults.faultbed import (
     BedSettings,
     FaultBed,
     fault_api_freeze,
@@ -51,7 +51,7 @@ from testbed.faults import (
     fault_leader_kill,
     fault_proxy_stall,
 )
-from testbed.verdict import Outcome, evaluate
+from testbed.faults.verdict import Outcome, evaluate
 
 
 @dataclass(frozen=True)

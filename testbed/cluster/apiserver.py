@@ -7,7 +7,7 @@ chart's least-privilege account. The audit log (one JSON line per request) lets 
 API requests a component makes; writes to khstates are logged with their request bodies, so a fault
 scenario can see every OK/Errors the daemon wrote even across API server restarts.
 
-Fault controls (for testbed/faults.py, which bench/faults.py and tests/integration/test_faults.py use):
+Fault controls (for testbed/faults/faultbed.py, which bench/faults_bench.py and tests/integration/test_faults.py use):
 the API server can be killed or stopped and started again on the same etcd, port, certificates, token
 file, ServiceAccount keys and audit log (so kubeconfigs and minted tokens stay valid and the audit log
 keeps appending), and frozen with SIGSTOP / thawed with SIGCONT. stop() always thaws first, so no API
@@ -35,7 +35,7 @@ from typing import Any
 
 import urllib3
 
-from testbed.loopback import free_port
+from testbed.cluster.loopback import free_port
 from testbed.paths import REPO
 from testbed.procs import end_group
 

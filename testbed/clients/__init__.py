@@ -1,0 +1,1 @@
+"""Clients of the daemon from outside: raw HTTP, readers of its wire formats, forged tokens, a headless browser."""

@@ -1,0 +1,2 @@
+"""The test cluster: a real kube-apiserver + etcd on loopback, its CRDs, the objects made in it and
+their bodies, loopback addresses, a watch of checker pods."""

@@ -1,0 +1,1 @@
+"""`make demo`, `make demo-node` and `make screenshots`."""
