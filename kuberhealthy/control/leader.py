@@ -75,6 +75,16 @@ def decide(record: Record | None, observed_at: float, now: float, identity: str,
     return Action.WAIT
 
 
+@dataclass(frozen=True)
+class Candidacy:
+    """Who contends for which Lease, by which rules: the Lease's namespace, this replica's identity (its
+    pod name) and the leaderElection settings (the Lease's name and timings)."""
+
+    namespace: str
+    identity: str
+    settings: LeaderElection
+
+
 class LeaseWatch(Protocol):
     """What the elector needs of a cache of its one Lease (kube.reflector.Reflector)."""
 
@@ -87,15 +97,15 @@ class LeaseWatch(Protocol):
 class LeaderElector(PeriodicThread):
     """One thread contending for the Lease; calls on_started / on_stopped on leadership changes."""
 
-    def __init__(self, resources: Resources, namespace: str, identity: str, settings: LeaderElection,
+    def __init__(self, resources: Resources, candidacy: Candidacy,
                  on_started: Callable[[], None], on_stopped: Callable[[], None],
                  clock: Callable[[], float] = time.monotonic,
                  wall: Callable[[], dt.datetime] = utcnow, watch: LeaseWatch | None = None) -> None:
-        super().__init__("kh-leader-elector", settings.retry_period, tick_at_start=True)
+        super().__init__("kh-leader-elector", candidacy.settings.retry_period, tick_at_start=True)
         self._res = resources
-        self._ns = namespace
-        self.identity = identity
-        self._settings = settings
+        self._ns = candidacy.namespace
+        self.identity = candidacy.identity
+        self._settings = candidacy.settings
         self._on_started = on_started
         self._on_stopped = on_stopped
         self._clock = clock
@@ -109,7 +119,7 @@ class LeaderElector(PeriodicThread):
         # Each Lease call is bounded by the retry period and, while leading, by half of what is left of
         # the renew deadline: a hung connection cannot keep this replica leading past renewDeadline
         # (plus one retryPeriod), which is shorter than leaseDuration.
-        self._call_timeout = settings.retry_period
+        self._call_timeout = candidacy.settings.retry_period
         self._wake = threading.Event()  # set by the Lease watch (or stop): try now, not at the next retry
         self._watch = watch
         if watch is not None:
@@ -276,13 +286,13 @@ class ForcedLeader(PeriodicThread):
     part reads the Lease every retryPeriod and reports its holder, or itself when nobody holds one.
     """
 
-    def __init__(self, resources: Resources, namespace: str, identity: str, settings: LeaderElection,
+    def __init__(self, resources: Resources, candidacy: Candidacy,
                  on_started: Callable[[], None], on_stopped: Callable[[], None]) -> None:
-        super().__init__("kh-forced-leader", settings.retry_period, tick_at_start=True)
+        super().__init__("kh-forced-leader", candidacy.settings.retry_period, tick_at_start=True)
         self._res = resources
-        self._ns = namespace
-        self.identity = identity
-        self._settings = settings
+        self._ns = candidacy.namespace
+        self.identity = candidacy.identity
+        self._settings = candidacy.settings
         self._on_started = on_started
         self._on_stopped = on_stopped
         self._leading = False

@@ -68,12 +68,12 @@ class Doomed:
 
 @dataclass(frozen=True)
 class Limits:
-    """The reaper's limits (seconds, counts), as configured."""
+    """The reaper's limits (seconds, counts), as configured (their defaults are Config's)."""
 
-    max_completed_pods: int = 4
-    max_error_pods: int = 4
-    max_pod_age: float = 72 * 3600.0
-    max_khjob_age: float = 15 * 60.0
+    max_completed_pods: int
+    max_error_pods: int
+    max_pod_age: float
+    max_khjob_age: float
 
     @classmethod
     def from_config(cls, config: Config) -> Limits:

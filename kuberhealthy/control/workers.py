@@ -176,9 +176,9 @@ class CheckWorker(_Worker):
 
     def _record_crash(self, e: Exception) -> None:
         try:
-            khstate.record_error(self.services.resources, self.spec.namespace, self.spec.name,
-                                 [f"Check execution error: {self.spec.key}: {e}"], self.services.config.pod_name,
-                                 workload=self.spec.workload)
+            write = khstate.RunWrite(self.services.resources, self.spec.namespace, self.spec.name, "",
+                                     self.services.config.pod_name, self.spec.workload)
+            khstate.record_error(write, [f"Check execution error: {self.spec.key}: {e}"])
         except Exception:  # this worker must outlive whatever went wrong; the next run tries again
             logger.exception("Check %s: could not record the crash in its khstate", self.spec.key)
 

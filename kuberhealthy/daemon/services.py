@@ -18,9 +18,9 @@ from kuberhealthy.base.errors import ApiError, NotFound
 from kuberhealthy.base.notify import Notifier
 from kuberhealthy.base.threads import Deaths
 from kuberhealthy.control.controller import Controller
-from kuberhealthy.control.leader import ForcedLeader, LeaderElector
+from kuberhealthy.control.leader import Candidacy, ForcedLeader, LeaderElector
 from kuberhealthy.control.reaper import CheckReaper, StateReaper
-from kuberhealthy.kube import KHCHECKS, KHJOBS, KHSTATES, LEASES, PODS, Kube, Obj, Reflector, Resources
+from kuberhealthy.kube import KHCHECKS, KHJOBS, KHSTATES, LEASES, PODS, Kube, Obj, Reflector, Resources, Selection
 from kuberhealthy.needs import CacheState, Part
 from kuberhealthy.outputs.events import EventRecorder
 from kuberhealthy.outputs.heldreports import HeldReports
@@ -29,10 +29,8 @@ from kuberhealthy.outputs.runstats import SchedulingMetrics
 from kuberhealthy.outputs.schemacheck import SchemaCheck
 from kuberhealthy.records.checkpod import (
     CHECK_POD_SELECTOR,
+    CHECK_POD_STORAGE,
     RUN_ID_LABEL,
-    pod_check_index,
-    pod_ip_index,
-    pod_uuid_index,
     slim_pod,
 )
 
@@ -52,14 +50,12 @@ class Services:
         self.clock = clock
         self.notifier = Notifier()
         ns = config.target_namespace or None
-        self.khchecks = Reflector(kube, KHCHECKS, namespace=ns, notifier=self.notifier,
-                                  name="kh-reflector-khchecks")
-        self.khstates = Reflector(kube, KHSTATES, namespace=ns, notifier=self.notifier,
-                                  name="kh-reflector-khstates")
-        self.khjobs = Reflector(kube, KHJOBS, namespace=ns, notifier=self.notifier, name="kh-reflector-khjobs")
-        self.pods = Reflector(kube, PODS, namespace=ns, label_selector=CHECK_POD_SELECTOR, notifier=self.notifier,
-                              indexers={"uuid": pod_uuid_index, "ip": pod_ip_index, "check": pod_check_index},
-                              name="kh-reflector-pods", transform=slim_pod)
+        everything = Selection(ns)
+        self.khchecks = Reflector(kube, KHCHECKS, everything, notifier=self.notifier, name="kh-reflector-khchecks")
+        self.khstates = Reflector(kube, KHSTATES, everything, notifier=self.notifier, name="kh-reflector-khstates")
+        self.khjobs = Reflector(kube, KHJOBS, everything, notifier=self.notifier, name="kh-reflector-khjobs")
+        self.pods = Reflector(kube, PODS, Selection(ns, CHECK_POD_SELECTOR), notifier=self.notifier,
+                              storage=CHECK_POD_STORAGE, name="kh-reflector-pods")
         self.reflectors = [self.khchecks, self.khstates, self.khjobs, self.pods]
         self.deaths = Deaths()  # every thread of the daemon reports an unexpected end here
         for r in self.reflectors:
@@ -270,12 +266,13 @@ def build(config: Config, kube: Kube) -> Services:
 
 def make_elector(controller: Controller, services: Services, config: Config) -> Elector:
     settings = config.leader_election
+    candidacy = Candidacy(config.pod_namespace, config.pod_name, settings)
     if config.enable_force_master:
-        return ForcedLeader(services.resources, config.pod_namespace, config.pod_name, settings,
-                            controller.became_leader, controller.lost_leadership)
+        return ForcedLeader(services.resources, candidacy, controller.became_leader, controller.lost_leadership)
     # The one Lease, watched: a standby takes a released Lease at once (leader.py). Not a cache that
     # readiness waits for: the decision is always a fresh GET.
-    watch = Reflector(services.kube, LEASES, namespace=config.pod_namespace,
-                      field_selector=f"metadata.name={settings.lease_name}", name="kh-lease-watch")
-    return LeaderElector(services.resources, config.pod_namespace, config.pod_name, settings,
-                         controller.became_leader, controller.lost_leadership, watch=watch)
+    watch = Reflector(services.kube, LEASES,
+                      Selection(config.pod_namespace, field_selector=f"metadata.name={settings.lease_name}"),
+                      name="kh-lease-watch")
+    return LeaderElector(services.resources, candidacy, controller.became_leader, controller.lost_leadership,
+                         watch=watch)

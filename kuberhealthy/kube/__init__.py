@@ -2,7 +2,7 @@
 from kuberhealthy.base.notify import Notifier
 from kuberhealthy.kube.client import Kube, Obj
 from kuberhealthy.kube.protocols import Api, Cache
-from kuberhealthy.kube.reflector import Reflector, key_of
+from kuberhealthy.kube.reflector import Reflector, Selection, Storage, key_of
 from kuberhealthy.kube.resources import (
     DEPLOYMENTS,
     EVENTS,
@@ -12,6 +12,7 @@ from kuberhealthy.kube.resources import (
     LEASES,
     PODS,
     TOKENREVIEWS,
+    Bounds,
     Resource,
     Resources,
 )
@@ -26,6 +27,7 @@ __all__ = [
     "PODS",
     "TOKENREVIEWS",
     "Api",
+    "Bounds",
     "Cache",
     "Kube",
     "Notifier",
@@ -33,5 +35,7 @@ __all__ = [
     "Reflector",
     "Resource",
     "Resources",
+    "Selection",
+    "Storage",
     "key_of",
 ]

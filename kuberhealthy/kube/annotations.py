@@ -17,6 +17,7 @@ import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from kuberhealthy.base.errors import ApiError, Invalid, NotFound
 from kuberhealthy.kube.client import Obj
@@ -71,15 +72,30 @@ def remove_annotations(api: Api, res: Resource, obj: Obj, keys: Sequence[str], t
     """Remove these annotations from `obj` (the cached object: its namespace, name, uid and version) with
     one merge patch. True when removed or the object is gone; False when not: the API server away or
     refusing (logged), or this very version refused before (not tried again, not logged again)."""
-    meta = obj.get("metadata") or {}
-    namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
-    uid, version = str(meta.get("uid") or ""), str(meta.get("resourceVersion") or "")
-    with refusals.one_at_a_time(res.plural, uid):
-        return _remove(api, res, namespace, name, uid, version, keys, timeout, refusals)
+    version = _Version.of(obj)
+    with refusals.one_at_a_time(res.plural, version.uid):
+        return _remove(api, res, version, keys, timeout, refusals)
 
 
-def _remove(api: Api, res: Resource, namespace: str, name: str, uid: str, version: str, keys: Sequence[str],
-            timeout: float, refusals: Refusals) -> bool:
+@dataclass(frozen=True)
+class _Version:
+    """Which object, at which version: what a refusal is remembered by."""
+
+    namespace: str
+    name: str
+    uid: str
+    version: str
+
+    @classmethod
+    def of(cls, obj: Obj) -> _Version:
+        meta = obj.get("metadata") or {}
+        return cls(str(meta.get("namespace") or ""), str(meta.get("name") or ""), str(meta.get("uid") or ""),
+                   str(meta.get("resourceVersion") or ""))
+
+
+def _remove(api: Api, res: Resource, obj: _Version, keys: Sequence[str], timeout: float,
+            refusals: Refusals) -> bool:
+    namespace, name, uid, version = obj.namespace, obj.name, obj.uid, obj.version
     what = f"{res.plural} {namespace}/{name}"
     if refusals.refused(res.plural, uid, version):
         return False

@@ -12,7 +12,7 @@ from typing import Protocol
 
 from kuberhealthy.base.notify import Topic
 from kuberhealthy.kube.client import Obj
-from kuberhealthy.kube.resources import Resource
+from kuberhealthy.kube.resources import Bounds, Resource
 
 Listener = Callable[[str, Obj, "Obj | None"], None]  # (event type, object, previous object)
 
@@ -44,10 +44,9 @@ class Api(Protocol):
     def evict_pod(self, namespace: str, name: str, uid: str | None = None, timeout: float = ...) -> str: ...
 
     def update_with_retry(self, res: Resource, namespace: str, name: str,
-                          mutate: Callable[[Obj | None], Obj | None],
-                          stop: threading.Event | None = None, attempts: int = 8,
-                          hint: Obj | None = None, timeout: float = ...,
-                          deadline: float | None = None, clock: Callable[[], float] = ...) -> Obj | None: ...
+                          mutate: Callable[[Obj | None], Obj | None], *,
+                          hint: Obj | None = None, bounds: Bounds = ...,
+                          stop: threading.Event | None = None) -> Obj | None: ...
 
 
 class Cache(Protocol):

@@ -34,7 +34,8 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from kuberhealthy.base.errors import ApiError, Gone, KuberhealthyError
@@ -53,6 +54,24 @@ WATCH_SECONDS = 20  # server closes the watch after about this (jittered up to +
 READ_GRACE = 5.0  # seconds past the server's timeout before a silent stream counts as dead
 BACKOFF_FIRST = 0.2  # seconds
 BACKOFF_MAX = 2.0  # seconds: an API server back after an outage is seen within this
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which objects of a resource a cache holds: one namespace (None: all) and the list/watch selectors."""
+
+    namespace: str | None = None
+    label_selector: str | None = None
+    field_selector: str | None = None
+
+
+@dataclass(frozen=True)
+class Storage:
+    """What a cache keeps of each object and how it finds it again: `transform` runs on every object
+    before it is stored (None: as served, less managedFields); `indexers` name the indexes by_index() reads."""
+
+    indexers: Mapping[str, Indexer] = field(default_factory=dict)
+    transform: Transform | None = None
 
 
 def key_of(obj: Obj) -> str:
@@ -74,24 +93,21 @@ class _WatchEnded(Exception):
 class Reflector(BackgroundThread):
     """Keeps `store` equal to the server's objects of one resource (optionally one namespace/selector)."""
 
-    def __init__(self, kube: Kube, resource: Resource, *, namespace: str | None = None,
-                 label_selector: str | None = None, field_selector: str | None = None,
-                 notifier: Notifier | None = None,
-                 indexers: dict[str, Indexer] | None = None, name: str | None = None,
-                 watch_seconds: int = WATCH_SECONDS, transform: Transform | None = None,
+    def __init__(self, kube: Kube, resource: Resource, selection: Selection = Selection(), *,
+                 notifier: Notifier | None = None, storage: Storage = Storage(), name: str | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__(name or f"kh-reflector-{resource.plural}")
         self._kube = kube
         self._res = resource
         self.plural = resource.plural
         self._resources = Resources(kube)
-        self._namespace = namespace or None
-        self._selector = label_selector
-        self._fields = field_selector
+        self._namespace = selection.namespace or None
+        self._selector = selection.label_selector
+        self._fields = selection.field_selector
         self.notifier = notifier or Notifier()
-        self._indexers = dict(indexers or {})
-        self._watch_seconds = watch_seconds
-        self._transform = transform
+        self._indexers = dict(storage.indexers)
+        self._watch_seconds = WATCH_SECONDS
+        self._transform = storage.transform
         self._clock = clock
         self._lock = threading.Lock()
         self._store: dict[str, Obj] = {}

@@ -20,6 +20,21 @@ from kuberhealthy.kube.client import READ_TIMEOUT, Kube, Obj
 logger = logging.getLogger(__name__)
 
 GROUP = "comcast.github.io"
+UPDATE_ATTEMPTS = 8  # conflicts update_with_retry takes before it gives up
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """How long a read-modify-write may take: each request at most `timeout` seconds, and none started
+    after `deadline` (monotonic seconds on `clock`; None: no deadline)."""
+
+    timeout: float = READ_TIMEOUT
+    deadline: float | None = None
+    clock: Callable[[], float] = time.monotonic
+
+    def per_request(self, timeout: float) -> Bounds:
+        """The same deadline, with another per-request timeout (a retried call's next attempt)."""
+        return Bounds(timeout, self.deadline, self.clock)
 
 
 @dataclass(frozen=True)
@@ -175,11 +190,9 @@ class Resources:
         return "deleted" if self.delete(PODS, namespace, name, uid=uid, timeout=timeout) else "gone"
 
     def update_with_retry(self, res: Resource, namespace: str, name: str,
-                          mutate: Callable[[Obj | None], Obj | None],
-                          stop: threading.Event | None = None, attempts: int = 8,
-                          hint: Obj | None = None, timeout: float = READ_TIMEOUT,
-                          deadline: float | None = None,
-                          clock: Callable[[], float] = time.monotonic) -> Obj | None:
+                          mutate: Callable[[Obj | None], Obj | None], *,
+                          hint: Obj | None = None, bounds: Bounds = Bounds(),
+                          stop: threading.Event | None = None) -> Obj | None:
         """Read-modify-write with optimistic concurrency.
 
         `mutate` gets the current object (None if missing) and returns the object to write (a fresh
@@ -189,16 +202,17 @@ class Resources:
         `hint` is a copy of the object from a watch cache: the first attempt starts from it instead
         of a GET (its resourceVersion makes a stale hint a harmless 409 and a re-read).
 
-        Each request waits at most `timeout` seconds, and none starts after `deadline` (on `clock`).
+        Each request waits at most `bounds.timeout` seconds, and none starts after `bounds.deadline`.
         Errors other than 409 are raised to the caller, which knows whether a retry makes sense.
         """
         waiter = stop or threading.Event()
         delay = 0.02
+        timeout, deadline, attempts = bounds.timeout, bounds.deadline, UPDATE_ATTEMPTS
 
         def budget() -> float:
             if deadline is None:
                 return timeout
-            left = deadline - clock()
+            left = deadline - bounds.clock()
             if left <= 0:
                 raise Unreachable(f"gave up writing {res.plural} {namespace}/{name}: out of time")
             return min(timeout, max(0.2, left))

@@ -69,6 +69,19 @@ WARN_EVERY = 60.0  # seconds between warnings about dropped or unsent events
 _NAME_MAX = 253
 
 
+@dataclass(frozen=True)
+class EventLimits:
+    """How much an EventRecorder holds and how long it waits (the defaults above; tests shrink them)."""
+
+    queue_events: int = QUEUE_EVENTS
+    cache_entries: int = CACHE_ENTRIES
+    window: float = WINDOW
+    timeout: float = REQUEST_TIMEOUT
+    backoff_first: float = BACKOFF_FIRST
+    flush_timeout: float = FLUSH_TIMEOUT
+    rejected_every: float = REJECTED_EVERY
+
+
 class EventsAPI(Protocol):
     """The two core/v1 Event calls the recorder needs. Both raise kuberhealthy.base.errors.ApiError."""
 
@@ -132,15 +145,15 @@ class _Damped:
     since: int = 0  # damped since then
 
 
-def event_body(ref: ObjectRef, name: str, type_: str, reason: str, message: str, first: str, last: str,
-               count: int, instance: str) -> dict[str, Any]:
-    """A core/v1 Event as the recorder creates it."""
+def event_body(item: _Pending, name: str, instance: str) -> dict[str, Any]:
+    """A core/v1 Event as the recorder creates it: first seen when `item` happened, counting its weight."""
+    ref, when = item.ref, format_time(item.wall)
     return {
         "apiVersion": "v1", "kind": "Event",
         "metadata": {"name": name, "namespace": ref.namespace},
         "involvedObject": ref.involved_object(),
-        "reason": reason, "message": message, "type": type_,
-        "count": count, "firstTimestamp": first, "lastTimestamp": last,
+        "reason": item.reason, "message": item.message, "type": item.type,
+        "count": item.weight, "firstTimestamp": when, "lastTimestamp": when,
         "source": {"component": COMPONENT},
         "reportingComponent": COMPONENT, "reportingInstance": instance,
     }
@@ -151,20 +164,17 @@ class EventRecorder(BackgroundThread):
 
     thread_name = "kh-events"
 
-    def __init__(self, api: EventsAPI, instance: str, *, queue_events: int = QUEUE_EVENTS,
-                 cache_entries: int = CACHE_ENTRIES, window: float = WINDOW, timeout: float = REQUEST_TIMEOUT,
-                 backoff_first: float = BACKOFF_FIRST, flush_timeout: float = FLUSH_TIMEOUT,
-                 rejected_every: float = REJECTED_EVERY,
+    def __init__(self, api: EventsAPI, instance: str, limits: EventLimits = EventLimits(), *,
                  wall: Callable[[], float] = time.time, clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__(self.thread_name)
         self._api = api
         self.instance = instance[:128]  # the API server's limit for reportingInstance
-        self._max = max(1, queue_events)
-        self._cache_entries = max(1, cache_entries)
-        self.window = window
-        self.timeout = timeout
-        self._backoff_first = backoff_first
-        self.flush_timeout = flush_timeout
+        self._max = max(1, limits.queue_events)
+        self._cache_entries = max(1, limits.cache_entries)
+        self.window = limits.window
+        self.timeout = limits.timeout
+        self._backoff_first = limits.backoff_first
+        self.flush_timeout = limits.flush_timeout
         self._wall = wall
         self._clock = clock
         self._cond = threading.Condition()
@@ -177,7 +187,7 @@ class EventRecorder(BackgroundThread):
         self.failed = 0  # given up after API errors
         self._unreported = 0
         self._last_warning: float | None = None
-        self.rejected_every = rejected_every
+        self.rejected_every = limits.rejected_every
         self._rejections: collections.OrderedDict[tuple[str, ...], _Damped] = collections.OrderedDict()  # _cond
         self.damped = 0  # ReportRejected events damped (counted onto the next one let through)
 
@@ -318,8 +328,7 @@ class EventRecorder(BackgroundThread):
             except NotFound:  # expired (the API server keeps Events for --event-ttl): start anew
                 pass
         name = self._name(item)
-        body = event_body(item.ref, name, item.type, item.reason, item.message, last, last, item.weight,
-                          self.instance)
+        body = event_body(item, name, self.instance)
         try:
             self._call(attempts, lambda: self._api.create_event(item.ref.namespace, body, self.timeout))
         except Conflict as e:

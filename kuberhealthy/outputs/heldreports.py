@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from kuberhealthy.base.errors import ApiError, is_transient
 from kuberhealthy.base.threads import BackgroundThread
-from kuberhealthy.kube import Api
+from kuberhealthy.kube import Api, Bounds
 from kuberhealthy.records import khstate
 
 logger = logging.getLogger(__name__)
@@ -115,9 +115,9 @@ class HeldReports(BackgroundThread):
             self._forget(held, EXPIRED)
             return
         try:
-            khstate.record_report(self._res, held.namespace, held.check, held.run_uuid, held.ok,
-                                  list(held.errors), self._pod_name(), now=held.received, timeout=WRITE_TIMEOUT,
-                                  binding=held.binding)
+            write = khstate.RunWrite(self._res, held.namespace, held.check, held.run_uuid, self._pod_name(),
+                                     bounds=Bounds(WRITE_TIMEOUT))
+            khstate.record_report(write, held.ok, list(held.errors), now=held.received, binding=held.binding)
         except khstate.RunFinished:
             logger.warning("Held report of run %s for %s/%s dropped: the run was finished meanwhile",
                            held.run_uuid, held.namespace, held.check)

@@ -26,6 +26,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -93,26 +94,35 @@ def client_settings(config: Config, timeout: float) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True)
+class InfluxLimits:
+    """How much an InfluxForwarder holds and how long it waits (the defaults above; tests shrink them)."""
+
+    queue_runs: int = QUEUE_RUNS
+    client_timeout: float = CLIENT_TIMEOUT
+    flush_timeout: float = FLUSH_TIMEOUT
+    backoff_first: float = BACKOFF_FIRST
+
+
 class InfluxForwarder(BackgroundThread):
     """A bounded queue of runs and one thread that writes them to InfluxDB."""
 
     thread_name = "kh-influx"
 
-    def __init__(self, config: Config, *, queue_runs: int = QUEUE_RUNS,
-                 client_timeout: float = CLIENT_TIMEOUT, flush_timeout: float = FLUSH_TIMEOUT,
-                 backoff_first: float = BACKOFF_FIRST, client_factory: Callable[..., Any] = InfluxDBClient,
+    def __init__(self, config: Config, limits: InfluxLimits = InfluxLimits(), *,
+                 client_factory: Callable[..., Any] = InfluxDBClient,
                  clock: Callable[[], float] = time.monotonic,
                  now_ns: Callable[[], int] = time.time_ns) -> None:
         super().__init__(self.thread_name)
-        self._settings = client_settings(config, client_timeout)
+        self._settings = client_settings(config, limits.client_timeout)
         self._client = client_factory(**self._settings)
         self.database = config.influx_db
         self.pod_name = config.pod_name
-        self.flush_timeout = flush_timeout
-        self._backoff_first = backoff_first
+        self.flush_timeout = limits.flush_timeout
+        self._backoff_first = limits.backoff_first
         self._clock = clock
         self._now_ns = now_ns
-        self._max_runs = max(1, queue_runs)
+        self._max_runs = max(1, limits.queue_runs)
         self._queue: collections.deque[list[Point]] = collections.deque()
         self._cond = threading.Condition()
         self.sent = 0  # points written (under _cond)

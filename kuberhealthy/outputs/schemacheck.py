@@ -24,7 +24,7 @@ from kuberhealthy.base.threads import BackgroundThread
 from kuberhealthy.base.times import format_time
 from kuberhealthy.kube import KHSTATES, PODS, Api
 from kuberhealthy.outputs.events import WARNING, EventRecorder, ObjectRef
-from kuberhealthy.records.history import ADDED_KEYS, ENTRY_KEYS, RunRecord, new_entry
+from kuberhealthy.records.history import ADDED_KEYS, ENTRY_KEYS, RunFacts, RunRecord, new_entry
 from kuberhealthy.records.khstate import TOKEN_BOUND_GENERATION
 
 logger = logging.getLogger(__name__)
@@ -41,7 +41,7 @@ PROBE_NAME_PREFIX = "kuberhealthy-schema-probe-"
 def probe_body(api_version: str, namespace: str, now: float) -> dict[str, Any]:
     """A khstate (api_version: KHSTATES.api_version) with every added field set, for a dry-run create;
     generateName, so it never clashes with a real khstate."""
-    record = RunRecord.failed("probe", now, 1.0, "node", "pod", "probe", ["probe"], logs="probe")
+    record = RunRecord.failed(RunFacts("probe", now, 1.0, "node", "pod"), "probe", ["probe"], logs="probe")
     spec: dict[str, Any] = {"OK": True, "Errors": [], "RunDuration": "", "Namespace": namespace, "Node": "",
                             "AuthoritativePod": "", "uuid": "", "consecutiveFailures": 1, "successCount": 1,
                             "failureCount": 1, "lastOK": format_time(now), "lastFailure": format_time(now),

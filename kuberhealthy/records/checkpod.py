@@ -10,6 +10,7 @@ import hashlib
 import secrets
 import string
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 from kuberhealthy.checkclient import ENV_DEADLINE as KH_CHECK_RUN_DEADLINE
@@ -17,6 +18,7 @@ from kuberhealthy.checkclient import ENV_POD_NAMESPACE as KH_POD_NAMESPACE
 from kuberhealthy.checkclient import ENV_REPORTING_URL as KH_REPORTING_URL
 from kuberhealthy.checkclient import ENV_RUN_UUID as KH_RUN_UUID
 from kuberhealthy.checkclient import ENV_TOKEN_FILE as KH_REPORT_TOKEN_FILE
+from kuberhealthy.kube.reflector import Storage
 from kuberhealthy.records.checkspec import CheckSpec
 
 RUN_ID_LABEL = "kuberhealthy-run-id"
@@ -64,14 +66,24 @@ def pod_run_key(pod: dict[str, Any]) -> str:
     return str(((pod.get("metadata") or {}).get("annotations") or {}).get(RUN_KEY_ANNOTATION) or "")
 
 
+@dataclass(frozen=True)
+class Claimed:
+    """What a run's khstate claim says of its pod before it exists: its name and its secret (the claim
+    holds the secret's hash, the pod the secret itself)."""
+
+    name: str | None = None  # None: from the run's start (pod_name)
+    run_key: str = ""  # "": no run-key annotation
+
+
 def build_pod(check: CheckSpec, run_uuid: str, unix_now: float, reporting_url: str,
               owner: dict[str, Any] | None = None, deadline_unix: float | None = None,
-              name: str | None = None, run_key: str = "") -> dict[str, Any]:
+              claimed: Claimed = Claimed()) -> dict[str, Any]:
     """The pod body to create for this run. `owner` is an ownerReference (the controller's pod) or None.
 
     `deadline_unix` is when the run must be over (run start + timeout); by default unix_now + timeout.
-    `name` is the name the run claimed (default: from unix_now); `run_key` its secret (annotation).
+    `claimed` is the name the run claimed (default: from unix_now) and its secret (an annotation).
     """
+    name, run_key = claimed.name, claimed.run_key
     spec = copy.deepcopy(check.pod_spec)
     spec["restartPolicy"] = "Never"
     deadline = int(deadline_unix if deadline_unix is not None else unix_now + check.timeout)
@@ -209,3 +221,7 @@ def pod_check_index(pod: dict[str, Any]) -> list[str]:
     meta = pod.get("metadata") or {}
     check = (meta.get("labels") or {}).get(CHECK_NAME_LABEL)
     return [f"{meta.get('namespace')}/{check}"] if check else []
+
+
+# The checker pod cache (the daemon's, and the test bed's fake): slim pods, indexed by run, IP and check.
+CHECK_POD_STORAGE = Storage({"uuid": pod_uuid_index, "ip": pod_ip_index, "check": pod_check_index}, slim_pod)

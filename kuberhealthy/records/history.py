@@ -34,10 +34,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kuberhealthy.base.config import Config
 from kuberhealthy.base.durations import format_duration, parse_duration
 from kuberhealthy.base.times import format_time, parse_time
 
-HISTORY_LENGTH = 24  # default of the config key historyLength; 0 turns the history off
+HISTORY_LENGTH = Config.history_length  # the config key historyLength's default; 0 turns the history off
 ERROR_CHARS = 512  # characters kept of each error in an entry
 ERRORS_PER_ENTRY = 5  # errors kept per entry; a note says how many more there were
 SHORT_ERROR_CHARS = 128  # what an older entry keeps of its first error when the budget is tight
@@ -60,6 +61,18 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
 
 @dataclass(frozen=True)
+class RunFacts:
+    """What every history entry says of its run, however it ended: which run, when it started (unix
+    seconds), how long it took (seconds), and the node and pod it ran on ("" when it had none)."""
+
+    uuid: str
+    start: float
+    duration: float
+    node: str = ""
+    pod: str = ""
+
+
+@dataclass(frozen=True)
 class RunRecord:
     """One finished run, as the runner knows it. `start` is unix seconds, `duration` seconds."""
 
@@ -74,22 +87,22 @@ class RunRecord:
     logs: str | None = None  # the checker's log (any length: it is tailed here), or log_unavailable()
 
     @classmethod
-    def reported(cls, uuid: str, start: float, duration: float, node: str, pod: str,
-                 spec: Mapping[str, Any], logs: str | None = None) -> RunRecord:
+    def reported(cls, run: RunFacts, spec: Mapping[str, Any], logs: str | None = None) -> RunRecord:
         """A run whose pod reported: OK and Errors as the report stored them in the khstate `spec`."""
         errors = spec.get("Errors")
-        return cls(uuid, start, duration, spec.get("OK") is True,
-                   tuple(str(e) for e in errors) if isinstance(errors, list) else (), node, pod, REPORTED, logs)
+        return cls(run.uuid, run.start, run.duration, spec.get("OK") is True,
+                   tuple(str(e) for e in errors) if isinstance(errors, list) else (), run.node, run.pod, REPORTED,
+                   logs)
 
     @classmethod
-    def failed(cls, uuid: str, start: float, duration: float, node: str, pod: str, reason: str,
-               errors: Sequence[str], logs: str | None = None) -> RunRecord:
+    def failed(cls, run: RunFacts, reason: str, errors: Sequence[str], logs: str | None = None) -> RunRecord:
         """A run that failed with one of v2's reasons (runner.ERR_*); `errors` as written to Errors."""
-        return cls(uuid, start, duration, False, tuple(errors), node, pod, FAILED_PREFIX + reason, logs)
+        return cls(run.uuid, run.start, run.duration, False, tuple(errors), run.node, run.pod,
+                   FAILED_PREFIX + reason, logs)
 
     @classmethod
-    def skipped(cls, uuid: str, start: float, duration: float, node: str = "", pod: str = "") -> RunRecord:
-        return cls(uuid, start, duration, False, (), node, pod, SKIPPED)
+    def skipped(cls, run: RunFacts) -> RunRecord:
+        return cls(run.uuid, run.start, run.duration, False, (), run.node, run.pod, SKIPPED)
 
     @property
     def judged(self) -> bool:

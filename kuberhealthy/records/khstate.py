@@ -6,7 +6,8 @@ A khstate (same name and namespace as its khcheck or khjob) holds the last resul
   record_result  the runner, after the pod exits: RunDuration and Node
   record_error   the runner, when the run itself failed: OK false and `Check execution error: ...`
 Every write is read-modify-write with resourceVersion (409 → re-read, retry), so concurrent writers
-never lose each other's fields.
+never lose each other's fields. Each takes a RunWrite: which khstate, for which run, written by which
+replica, and how long the write may take.
 
 `LastRun` has one-second precision (as v2 writes it), too coarse to tell two quick reports apart, so a
 report also stamps the annotation REPORTED_UUID with the run it was accepted for; the runner waits on
@@ -30,14 +31,12 @@ the contract names; the outdated-CRD check (outputs/schemacheck.py) warns when t
 from __future__ import annotations
 
 import datetime as dt
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from kuberhealthy.base.errors import KuberhealthyError
 from kuberhealthy.base.times import format_datetime, utcnow
-from kuberhealthy.kube import KHSTATES, Api, Obj
-from kuberhealthy.kube.client import READ_TIMEOUT
+from kuberhealthy.kube import KHSTATES, Api, Bounds, Obj
 from kuberhealthy.records.history import RunRecord, apply_run
 
 REPORTED_UUID = "kuberhealthy.comcast.github.io/reported-uuid"
@@ -189,14 +188,34 @@ def new_body(namespace: str, name: str, pod_name: str, workload: str = WORKLOAD_
     }
 
 
-def _writer(namespace: str, name: str, pod_name: str, workload: str,
-            change: Callable[[Obj], None]) -> Callable[[Obj | None], Obj | None]:
+@dataclass(frozen=True)
+class RunWrite:
+    """What every write below needs: which khstate (`res`, `namespace`, `name`), for which run, written by
+    which replica (`pod_name`, the khstate's AuthoritativePod), and how long the write may take."""
+
+    res: Api
+    namespace: str
+    name: str
+    run_uuid: str  # "": no particular run (record_error of a crashed worker writes unconditionally)
+    pod_name: str
+    workload: str = WORKLOAD_CHECK
+    bounds: Bounds = field(default_factory=Bounds)
+
+    def per_request(self, timeout: float) -> RunWrite:
+        """The same write with another per-request timeout (a retried call's next attempt)."""
+        return replace(self, bounds=self.bounds.per_request(timeout))
+
+    def update(self, mutate: Callable[[Obj | None], Obj | None], hint: Obj | None = None) -> Obj | None:
+        return self.res.update_with_retry(KHSTATES, self.namespace, self.name, mutate, hint=hint, bounds=self.bounds)
+
+
+def _writer(w: RunWrite, change: Callable[[Obj], None]) -> Callable[[Obj | None], Obj | None]:
     def mutate(current: Obj | None) -> Obj | None:
-        obj = current if current is not None else new_body(namespace, name, pod_name, workload)
+        obj = current if current is not None else new_body(w.namespace, w.name, w.pod_name, w.workload)
         spec = obj.setdefault("spec", {})
         spec.setdefault("Errors", [])
         spec.setdefault("RunDuration", "")
-        spec.setdefault("Namespace", namespace)
+        spec.setdefault("Namespace", w.namespace)
         spec.setdefault("Node", "")
         spec.setdefault("uuid", "")
         spec.setdefault("OK", True)
@@ -205,28 +224,22 @@ def _writer(namespace: str, name: str, pod_name: str, workload: str,
     return mutate
 
 
-def claim_run(res: Api, namespace: str, name: str, run_uuid: str, pod_name: str,
-              workload: str = WORKLOAD_CHECK, hint: Obj | None = None, timeout: float = READ_TIMEOUT,
-              deadline: float | None = None, run_pod: str = "", run_key_sha256: str = "",
-              clock: Callable[[], float] = time.monotonic) -> Obj:
-    """Make run_uuid the only run allowed to report, from the pod named run_pod whose run-key
+def claim_run(w: RunWrite, *, hint: Obj | None = None, run_pod: str = "", run_key_sha256: str = "") -> Obj:
+    """Make w.run_uuid the only run allowed to report, from the pod named run_pod whose run-key
     annotation hashes to run_key_sha256; create the khstate if missing."""
     def change(obj: Obj) -> None:
-        obj["spec"]["uuid"] = run_uuid
-        obj["spec"]["AuthoritativePod"] = pod_name
-        obj["spec"]["Namespace"] = namespace
+        obj["spec"]["uuid"] = w.run_uuid
+        obj["spec"]["AuthoritativePod"] = w.pod_name
+        obj["spec"]["Namespace"] = w.namespace
         _annotate(obj, {RUN_POD: run_pod, RUN_KEY_SHA256: run_key_sha256})
-    out = res.update_with_retry(KHSTATES, namespace, name, _writer(namespace, name, pod_name, workload, change),
-                                hint=hint, timeout=timeout, deadline=deadline, clock=clock)
+    out = w.update(_writer(w, change), hint)
     assert out is not None
     return out
 
 
-def record_report(res: Api, namespace: str, name: str, run_uuid: str, ok: bool, errors: list[str],
-                  pod_name: str, now: dt.datetime | None = None, hint: Obj | None = None,
-                  timeout: float = READ_TIMEOUT, deadline: float | None = None,
-                  clock: Callable[[], float] = time.monotonic, binding: TokenBinding | None = None) -> Obj:
-    """Store a checker pod's report. Writes nothing and raises StaleReport if run_uuid is not the current
+def record_report(w: RunWrite, ok: bool, errors: list[str], *, now: dt.datetime | None = None,
+                  hint: Obj | None = None, binding: TokenBinding | None = None) -> Obj:
+    """Store a checker pod's report. Writes nothing and raises StaleReport if w.run_uuid is not the current
     run, RunFinished if that run is over, TokenBound if the check is bound to tokens and `binding` says
     the report came without one.
 
@@ -237,6 +250,7 @@ def record_report(res: Api, namespace: str, name: str, run_uuid: str, ok: bool, 
     A cached `hint` is used only when it already names this run: a cache lagging behind the run's
     claim must not turn a valid report into a StaleReport, so that case re-reads from the API.
     """
+    run_uuid, namespace, name = w.run_uuid, w.namespace, w.name
     when = format_datetime(now or utcnow())
     if hint is not None and Spec.of(hint).uuid != run_uuid:
         hint = None
@@ -258,55 +272,49 @@ def record_report(res: Api, namespace: str, name: str, run_uuid: str, ok: bool, 
         spec["OK"] = ok
         spec["Errors"] = list(errors)
         spec["LastRun"] = when
-        spec["AuthoritativePod"] = pod_name
+        spec["AuthoritativePod"] = w.pod_name
         spec.setdefault("RunDuration", "")
         spec.setdefault("Node", "")
         spec.setdefault("Namespace", namespace)
         current.setdefault("metadata", {}).setdefault("annotations", {})[REPORTED_UUID] = run_uuid
         return current
-    out = res.update_with_retry(KHSTATES, namespace, name, mutate, hint=hint, timeout=timeout, deadline=deadline,
-                                clock=clock)
+    out = w.update(mutate, hint)
     assert out is not None
     return out
 
 
-def record_result(res: Api, namespace: str, name: str, run_uuid: str, run_duration: str, node: str,
-                  pod_name: str, hint: Obj | None = None, timeout: float = READ_TIMEOUT,
-                  deadline: float | None = None, history: HistoryWrite | None = None,
-                  clock: Callable[[], float] = time.monotonic) -> Obj | None:
+def record_result(w: RunWrite, run_duration: str, node: str, *, hint: Obj | None = None,
+                  history: HistoryWrite | None = None) -> Obj | None:
     """After the pod exited: RunDuration and Node (and the run in the history), unless a newer run has
     claimed the khstate."""
-    if hint is not None and Spec.of(hint).uuid != run_uuid:
+    if hint is not None and Spec.of(hint).uuid != w.run_uuid:
         hint = None  # decide "claimed by a newer run" on a fresh read, not a lagging cache
     def mutate(current: Obj | None) -> Obj | None:
-        if current is None or Spec.of(current).uuid != run_uuid:
+        if current is None or Spec.of(current).uuid != w.run_uuid:
             return None
         current["spec"]["RunDuration"] = run_duration
         current["spec"]["Node"] = node
-        current["spec"]["AuthoritativePod"] = pod_name
+        current["spec"]["AuthoritativePod"] = w.pod_name
         if history is not None:
             history.apply(current["spec"])
-        _annotate(current, {FINISHED_UUID: run_uuid})
+        _annotate(current, {FINISHED_UUID: w.run_uuid})
         return current
-    return res.update_with_retry(KHSTATES, namespace, name, mutate, hint=hint, timeout=timeout, deadline=deadline,
-                                 clock=clock)
+    return w.update(mutate, hint)
 
 
 class _Superseded(Exception):
     pass
 
 
-def record_error(res: Api, namespace: str, name: str, errors: list[str], pod_name: str,
-                 run_duration: str = "", node: str = "", workload: str = WORKLOAD_CHECK,
-                 now: dt.datetime | None = None, run_uuid: str | None = None, timeout: float = READ_TIMEOUT,
-                 deadline: float | None = None, history: HistoryWrite | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> Obj | None:
+def record_error(w: RunWrite, errors: list[str], run_duration: str = "", node: str = "", *,
+                 now: dt.datetime | None = None, history: HistoryWrite | None = None) -> Obj | None:
     """The run failed: OK false with the given errors; the current uuid is kept.
 
-    With `run_uuid`, nothing is written (None returned) unless the khstate still names that run: a
+    With a `w.run_uuid`, nothing is written (None returned) unless the khstate still names that run: a
     stopped or late run must never overwrite its successor's result.
     """
     when = format_datetime(now or utcnow())
+    run_uuid = w.run_uuid or None
 
     def change(obj: Obj) -> None:
         if run_uuid is not None and str(obj["spec"].get("uuid") or "") != run_uuid:
@@ -315,7 +323,7 @@ def record_error(res: Api, namespace: str, name: str, errors: list[str], pod_nam
         spec["OK"] = False
         spec["Errors"] = list(errors)
         spec["LastRun"] = when
-        spec["AuthoritativePod"] = pod_name
+        spec["AuthoritativePod"] = w.pod_name
         if run_duration:
             spec["RunDuration"] = run_duration
         if node:
@@ -324,24 +332,23 @@ def record_error(res: Api, namespace: str, name: str, errors: list[str], pod_nam
             history.apply(spec)
         if spec.get("uuid"):
             _annotate(obj, {FINISHED_UUID: str(spec["uuid"])})  # the run is over: no late report
-    write = _writer(namespace, name, pod_name, workload, change)
+    write = _writer(w, change)
 
     def mutate(current: Obj | None) -> Obj | None:
         try:
             return write(current)
         except _Superseded:
             return None
-    out = res.update_with_retry(KHSTATES, namespace, name, mutate, timeout=timeout, deadline=deadline, clock=clock)
+    out = w.update(mutate)
     if run_uuid is not None and (out is None or Spec.of(out).uuid != run_uuid):
         return None
     return out
 
 
-def rebind_run_pod(res: Api, namespace: str, name: str, run_uuid: str, run_pod: str, hint: Obj | None = None,
-                   timeout: float = READ_TIMEOUT, deadline: float | None = None,
-                   clock: Callable[[], float] = time.monotonic) -> Obj | None:
+def rebind_run_pod(w: RunWrite, run_pod: str, *, hint: Obj | None = None) -> Obj | None:
     """The run's claim names another pod (RUN_POD): its v2 name was taken by a pod it did not create.
     Written before that pod is created. None (nothing written) when the khstate no longer names the run."""
+    run_uuid = w.run_uuid
     if RunClaim.of(hint).uuid != run_uuid:  # a cache behind the claim: read instead
         hint = None
 
@@ -351,6 +358,5 @@ def rebind_run_pod(res: Api, namespace: str, name: str, run_uuid: str, run_pod: 
         assert current is not None
         _annotate(current, {RUN_POD: run_pod})
         return current
-    out = res.update_with_retry(KHSTATES, namespace, name, mutate, hint=hint, timeout=timeout, deadline=deadline,
-                                clock=clock)
+    out = w.update(mutate, hint)
     return out if RunClaim.of(out).pod == run_pod and RunClaim.of(out).uuid == run_uuid else None

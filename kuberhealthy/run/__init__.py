@@ -1,3 +1,4 @@
-"""One run of one check: the phases of the checker pod's lifecycle (runner), the rules that decide when
-evidence is trusted (guard), the recording of the result (recording), what the pod shows (podstate)
-and what a run ends with (result)."""
+"""One run of one check: the phases of the checker pod's lifecycle (runner), the run's fixed facts
+(context), the rules that decide when evidence is trusted (guard), settling the run on fresh reads and
+removing its pod (ending), writing the result (finish), what the pod shows (podstate) and what a run
+ends with (result)."""

@@ -11,17 +11,15 @@ This module does not decide how a run ended (runner.py) nor when evidence is tru
 """
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 
 from kuberhealthy.base.durations import format_duration
 from kuberhealthy.base.errors import ApiError
 from kuberhealthy.kube import Obj
-from kuberhealthy.needs import RunNeeds
 from kuberhealthy.outputs.events import KIND_CHECK, KIND_JOB, ObjectRef
 from kuberhealthy.records import khstate
-from kuberhealthy.records.checkspec import CheckSpec
-from kuberhealthy.records.history import RunRecord
+from kuberhealthy.records.history import RunFacts, RunRecord
+from kuberhealthy.run.context import RunContext
 from kuberhealthy.run.guard import Guard, Skipped
 from kuberhealthy.run.podstate import RunPod, node_of, read_log_tail
 from kuberhealthy.run.result import Outcome, RunResult
@@ -33,17 +31,14 @@ LOG_TIMEOUT = 3.0  # seconds for reading a failed checker's log tail
 class Recorder:
     """Writes one run's result and remembers the khstate as this run last wrote it."""
 
-    def __init__(self, services: RunNeeds, check: CheckSpec, run_uuid: str, guard: Guard, wall_start: float,
-                 clock: Callable[[], float], wall: Callable[[], float],
-                 log: logging.LoggerAdapter[logging.Logger]) -> None:
-        self.services = services
-        self.check = check
-        self.run_uuid = run_uuid
+    def __init__(self, ctx: RunContext, guard: Guard) -> None:
+        self.ctx = ctx
+        self.services = ctx.services
+        self.check = ctx.check
+        self.run_uuid = ctx.run_uuid
         self.guard = guard
-        self.wall_start = wall_start  # unix seconds: the run's start, for its history entry
-        self.clock = clock
-        self.wall = wall
-        self.log = log
+        self.clock = ctx.clock
+        self.log = ctx.log
         self.written: Obj | None = None  # the khstate as this run last wrote it
 
     def logs(self, pod: RunPod, deadline: float) -> str | None:
@@ -56,24 +51,22 @@ class Recorder:
     def result(self, seconds: float, pod: RunPod, deadline: float, keep_logs: bool) -> None:
         """The pod reported and exited: RunDuration (the real wall time of the run, `seconds`), Node and the
         history entry; `keep_logs`: the checker reported a failure, so keep what it printed. Raises Stopped."""
-        ns, name, node = self.check.namespace, self.check.name, node_of(pod.last)
-        duration = format_duration(seconds)
+        node, duration = node_of(pod.last), format_duration(seconds)
         until = max(deadline, self.clock() + GRACE)
         logs = self.logs(pod, until) if keep_logs else None
-        history = self._history(lambda spec: RunRecord.reported(self.run_uuid, self.wall_start, seconds, node,
-                                                                pod.name, spec, logs))
+        ran = RunFacts(self.run_uuid, self.ctx.wall_start, seconds, node, pod.name)
+        history = self._history(lambda spec: RunRecord.reported(ran, spec, logs))
 
         def record(timeout: float) -> Obj | None:
-            return khstate.record_result(self.services.resources, ns, name, self.run_uuid, duration, node,
-                                         self.services.config.pod_name, hint=self.services.khstates.get(ns, name),
-                                         timeout=timeout, deadline=until, history=history, clock=self.clock)
+            return khstate.record_result(self.ctx.state_write(timeout, until), duration, node,
+                                         hint=self.ctx.cached_state(), history=history)
         try:
             self.written = self.guard.call("record the run", record, until)
         except (Skipped, ApiError) as e:
             # The report itself is stored; only RunDuration/Node (and this run's history entry) are missing.
             # Not a failure of the check.
             self.log.warning("Could not record the run's duration and node: %s", e)
-            self.written = self.services.khstates.get(ns, name)
+            self.written = self.ctx.cached_state()
         else:
             spec = khstate.Spec.of(self.written or {})
             if self.written is not None and not spec.ok:
@@ -87,15 +80,13 @@ class Recorder:
         the API stayed away through the grace period, Stopped on a stop."""
         until = max(deadline, self.clock()) + GRACE
         node = node_of(pod.last)
-        record = RunRecord.failed(self.run_uuid, self.wall_start, seconds, node,
-                                  pod.name if pod.last is not None else "", reason, errors, logs)
+        ran = RunFacts(self.run_uuid, self.ctx.wall_start, seconds, node, pod.name if pod.last is not None else "")
+        record = RunRecord.failed(ran, reason, errors, logs)
         history = self._history(lambda _spec: record)
 
         def write(timeout: float) -> Obj | None:
-            return khstate.record_error(
-                self.services.resources, self.check.namespace, self.check.name, errors, self.services.config.pod_name,
-                format_duration(seconds), node, self.check.workload, run_uuid=self.run_uuid,
-                timeout=timeout, deadline=until, history=history, clock=self.clock)
+            return khstate.record_error(self.ctx.state_write(timeout, until), errors, format_duration(seconds), node,
+                                        history=history)
         try:
             self.written = self.guard.call("record the failure", write, until)
         except Skipped as e:
@@ -126,7 +117,7 @@ class Recorder:
 
     def _history(self, record: Callable[[Obj], RunRecord]) -> khstate.HistoryWrite:
         config = self.services.config
-        return khstate.HistoryWrite(record, config.history_length, config.capture_logs, self.wall())
+        return khstate.HistoryWrite(record, config.history_length, config.capture_logs, self.ctx.wall())
 
     def _ref(self) -> ObjectRef:
         kind = KIND_JOB if self.check.workload == khstate.WORKLOAD_JOB else KIND_CHECK

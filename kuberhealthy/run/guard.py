@@ -16,13 +16,11 @@ the control plane is away; neither says anything about the checked thing. So:
     SIGTERM's exit 143 on a real kubelet) while it is Terminating;
   * once: an earlier checker pod stuck Terminating fails one run, not every run after it.
 The ways a run ends early are the exceptions here (Stopped, Failed, Skipped). This module does not
-decide what a run waits for or in which order (runner.py), and writes no result (recording.py).
+decide what a run waits for or in which order (runner.py), and writes no result (finish.py).
 """
 from __future__ import annotations
 
-import logging
 import random
-import threading
 from collections.abc import Callable, Iterator
 from functools import partial
 from itertools import count
@@ -30,11 +28,10 @@ from typing import TypeVar
 
 from kuberhealthy.base.errors import ApiError, Conflict, NotFound, is_transient
 from kuberhealthy.kube import KHSTATES, PODS, Obj
-from kuberhealthy.needs import RunNeeds
 from kuberhealthy.outputs.runstats import SKIP_API, SKIP_POD_DELETED
 from kuberhealthy.records import khstate
 from kuberhealthy.records.checkpod import CHECK_NAME_LABEL, pod_run_key
-from kuberhealthy.records.checkspec import CheckSpec
+from kuberhealthy.run.context import RunContext
 from kuberhealthy.run.podstate import ERR_CLEANUP, earlier, pod_name_of, pod_uid, terminating, uid_of
 
 T = TypeVar("T")
@@ -76,15 +73,14 @@ def removed(before: str) -> Skipped:
 class Guard:
     """One run's trust rules, and what they remember: whether the API gave trouble during the run."""
 
-    def __init__(self, services: RunNeeds, check: CheckSpec, run_uuid: str, stop: threading.Event, since: float,
-                 clock: Callable[[], float], log: logging.LoggerAdapter[logging.Logger]) -> None:
-        self.services = services
-        self.check = check
-        self.run_uuid = run_uuid
-        self.stop = stop
-        self.since = since  # the run's start (monotonic): a cache impaired before it does not count
-        self.clock = clock
-        self.log = log
+    def __init__(self, ctx: RunContext) -> None:
+        self.services = ctx.services
+        self.check = ctx.check
+        self.run_uuid = ctx.run_uuid
+        self.stop = ctx.stop
+        self.since = ctx.started  # the run's start (monotonic): a cache impaired before it does not count
+        self.clock = ctx.clock
+        self.log = ctx.log
         self.api_trouble = False  # an API call of this run failed for a transient reason
         self.last_run: str | None = None  # the khstate's LastRun when the run claimed it (set at CLAIM)
 

@@ -9,17 +9,18 @@ check's pods, its run uuid, its khstate), racing one monotonic deadline for the 
 (start + timeout) and the check's stop event: no fixed sleeps, no polling. A run that fails
 records `Check execution error: <ns>/<name>: <reason>` with v2's reasons; a pod that ended without
 reporting adds a second error, why (podstate.why_ended: an OOMKill, a failed init container).
-A checker pod deleted by someone else (gone, or a deletionTimestamp this run did not cause) before
-it ended on its own skips the run in START, REPORT or EXIT, whatever phase the pod then shows: a real
-kubelet stops its container (exit 143) and leaves the object Terminating for seconds. On a timeout
-or a stop the run's pod is evicted (delete as fallback). A run removes only pods by their uid: its
+A checker pod deleted by someone else (gone, or a deletionTimestamp this run did not cause) before it
+ended on its own skips the run in START, REPORT or EXIT, whatever phase it then shows (guard.removed).
+On a timeout or a stop the run's pod is evicted (delete as fallback). A run removes only pods by their uid: its
 own (from its create's answer) and, in CLEAR, earlier checker pods as the cache shows them; a pod it
 did not create under its predicted name is left alone, and the run takes a fallback name (CREATE).
 
-This module holds the phases: what each does and waits for, and their order. When a run believes
-what it sees (retry, confirm, skip rather than fail) is guard.py's; writing the result (khstate,
-history, Events, Influx, the skip counter) is recording.py's; what the pod shows is podstate.py's;
-the values a run ends with are result.py's. It knows nothing about HTTP or scheduling.
+This module holds the phases: what each does and waits for, and their order. The run's fixed facts
+(check, uuid, deadline, clocks, logger) are one RunContext (context.py), built here and handed to the
+Guard and the Recorder. When a run believes what it sees (retry, confirm, skip rather than fail) is
+guard.py's; settling a run on fresh reads and removing its pod is ending.py's; writing the result
+(khstate, history, Events, Influx, the skip counter) is finish.py's; what the pod shows is
+podstate.py's; the values a run ends with are result.py's. It knows nothing about HTTP or scheduling.
 """
 from __future__ import annotations
 
@@ -28,17 +29,18 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from functools import partial
 from typing import TypeVar
 
 from kuberhealthy.base.durations import format_duration
-from kuberhealthy.base.errors import ApiError, Conflict, is_transient
+from kuberhealthy.base.errors import ApiError, Conflict
 from kuberhealthy.kube import Obj
-from kuberhealthy.kube.resources import FOREIGN
 from kuberhealthy.needs import RunNeeds
 from kuberhealthy.outputs.runstats import SKIP_POD_DELETED
-from kuberhealthy.records import khstate
-from kuberhealthy.records.checkpod import build_pod, fallback_pod_name, new_run_key, pod_name, run_key_sha256
+from kuberhealthy.records import checkpod, khstate
 from kuberhealthy.records.checkspec import CheckSpec, validate_pod_spec
+from kuberhealthy.run.context import RunContext
+from kuberhealthy.run.ending import evict_run_pods, report_state, reported_and_exited, settled
 from kuberhealthy.run.finish import Recorder
 from kuberhealthy.run.guard import CONFIRM_TIMEOUT, Failed, Guard, Skipped, Stopped, removed
 from kuberhealthy.run.podstate import (
@@ -50,7 +52,6 @@ from kuberhealthy.run.podstate import (
     earlier,
     live,
     node_of,
-    pending,
     pod_name_of,
     start_failure,
     terminating,
@@ -75,23 +76,19 @@ class Runner:
 
     def __init__(self, services: RunNeeds, check: CheckSpec, stop: threading.Event,
                  clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
-        self.services = services
-        self.check = check
-        self.stop = stop
-        self.clock = clock
+        self.services, self.check, self.stop, self.clock, self.wall = services, check, stop, clock, wall
         self.run_uuid = str(uuid.uuid4())
         self._phase = Phase.CLAIM
         self._started = self._phase_started = clock()  # the run's one start; its deadline is start + timeout
-        self._wall_start = wall()
-        self._deadline = self._started + check.timeout
-        self.wall = wall
+        self.ctx = RunContext(services, check, self.run_uuid, stop, self._started, wall(), clock, wall,
+                              logging.LoggerAdapter(logger, {"check": check.key, "run": self.run_uuid}))
+        self._wall_start, self._deadline, self.log = self.ctx.wall_start, self.ctx.deadline, self.ctx.log
         self.phase_seconds: dict[str, float] = {}
         self.pod = RunPod(services.pods, self.run_uuid)
         self._run_key = ""  # the run's secret: on its pod only; the claim holds its hash
         self._v2_name = ""  # `<check>-<unix seconds>`, the pod's name unless a pod we did not create holds it
-        self.log = logging.LoggerAdapter(logger, {"check": check.key, "run": self.run_uuid})
-        self.guard = Guard(services, check, self.run_uuid, stop, self._started, clock, self.log)
-        self.recorder = Recorder(services, check, self.run_uuid, self.guard, self._wall_start, clock, wall, self.log)
+        self.guard = Guard(self.ctx)
+        self.recorder = Recorder(self.ctx, self.guard)
         self._waiter = services.notifier.waiter(
             services.pods.topic("check", check.key), services.pods.topic("uuid", self.run_uuid),
             services.khstates.topic("key", check.key))
@@ -119,12 +116,12 @@ class Runner:
         except Stopped:
             outcome, errors = Outcome.STOPPED, []
             self.log.info("Run stopped in phase %s", self.phase.value)
-            self._evict_run_pods()
+            evict_run_pods(self.ctx, self.pod)
         except Skipped as e:
             outcome, errors, skip_reason = Outcome.SKIPPED, [], e.reason
             self.log.warning("Run skipped in phase %s (%s): %s", self.phase.value, e.reason, e)
             if e.reason != SKIP_POD_DELETED:
-                self._evict_run_pods()
+                evict_run_pods(self.ctx, self.pod)
         except Failed as e:
             outcome, errors = Outcome.FAILED, [f"Check execution error: {self.check.key}: {e}"]
             if e.detail:  # v2's reason stays the first error (alerts match on it); why is the second
@@ -133,7 +130,7 @@ class Runner:
             self.log.warning("Run failed in phase %s: %s", self.phase.value, e)
             if self.pod.last is not None:
                 logs = self.recorder.logs(self.pod, self._deadline)
-            self._evict_run_pods()
+            evict_run_pods(self.ctx, self.pod)
         finally:
             self._waiter.close()
         duration, node = self.clock() - self._started, node_of(self.pod.last)
@@ -158,7 +155,8 @@ class Runner:
         if self._start() and self._report():  # False: settled on fresh reads, straight on to RECORD
             self._exit()
         duration, node = self._record()
-        self._done(duration, node)
+        self.phase = Phase.DONE
+        self.log.info("Run done in %s on node %s", duration, node or "?")
 
     # --- the phases, in order ----------------------------------------------------------------------
 
@@ -170,7 +168,7 @@ class Runner:
         """
         self.phase = Phase.CLAIM
         self.pod.name = self._v2_name = self._fresh_pod_name()
-        self._run_key = new_run_key()
+        self._run_key = checkpod.new_run_key()
         try:
             claimed = self.guard.call("claim the run", self._claim_once, self._deadline)
         except ApiError as e:
@@ -211,9 +209,10 @@ class Runner:
         its deadline. The claim names the new pod before it exists, so its report is never refused."""
         self.phase = Phase.CREATE
         for renames in range(RENAMES + 1):
-            body = build_pod(self.check, self.run_uuid, self.wall(), self.services.config.external_check_reporting_url,
-                             self.services.owner_reference(self.check.namespace), name=self.pod.name,
-                             deadline_unix=self._wall_start + self.check.timeout, run_key=self._run_key)
+            body = checkpod.build_pod(
+                self.check, self.run_uuid, self.wall(), self.services.config.external_check_reporting_url,
+                self.services.owner_reference(self.check.namespace), self._wall_start + self.check.timeout,
+                checkpod.Claimed(self.pod.name, self._run_key))
             try:
                 self.pod.created(self.guard.create_pod(body, self.pod.name, self._run_key, self._deadline))
                 break
@@ -227,7 +226,7 @@ class Runner:
 
     def _rename(self, taken: Conflict) -> None:
         """CREATE found the run's pod name taken by a pod it did not create: claim a fallback name."""
-        old, self.pod.name = self.pod.name, fallback_pod_name(self._v2_name)
+        old, self.pod.name = self.pod.name, checkpod.fallback_pod_name(self._v2_name)
         self.log.warning("Checker pod name %s is taken by a pod this run did not create (%s); leaving it alone "
                          "and creating %s", old, taken, self.pod.name)
         try:
@@ -260,7 +259,7 @@ class Runner:
     def _report(self) -> bool:
         """REPORT: the report handler stamps our UUID on the khstate. False: the run was settled on fresh reads."""
         self.phase = Phase.REPORT
-        outcome = self._wait(self._report_state)
+        outcome = self._wait(partial(report_state, self.guard, self.pod))
         if outcome == "reported":
             pass
         elif outcome == "deleted":
@@ -297,46 +296,27 @@ class Runner:
             raise removed("exited")
 
     def _record(self) -> tuple[str, str]:
-        """RECORD: the result (recording.py); returns the run's duration as written and its node."""
+        """RECORD: the result (finish.py); returns the run's duration as written and its node."""
         self.phase = Phase.RECORD
         node, seconds = node_of(self.pod.last), self.clock() - self._started
-        state = self.services.khstates.get(self.check.namespace, self.check.name)
+        state = self.ctx.cached_state()
         failed = self.guard.shows_report(state) and not khstate.Spec.of(state or {}).ok  # keep what it printed
         self.recorder.result(seconds, self.pod, self._deadline, keep_logs=failed)
         return format_duration(seconds), node
 
-    def _done(self, duration: str, node: str) -> None:
-        self.phase = Phase.DONE
-        self.log.info("Run done in %s on node %s", duration, node or "?")
-
     def _settle(self) -> None:
-        """The deadline passed (or the caches were not to be trusted): decide on fresh reads.
+        """The deadline passed (or the caches were not to be trusted): decide on fresh reads (ending.py).
 
         Returns when the pod reported and exited (the run goes on to RECORD); otherwise raises v2's
         reason for where the pod is (a failure, or a skip if the control plane was impaired during the run).
         """
-        if self._deadline - self.clock() > 0:  # not at the deadline yet: wait for the caches to say more first
-            if self._wait(self._reported_and_exited):
-                return
-        reported = self.guard.reported() or self.guard.report_confirmed()
-        pod = self.guard.read_pod(self.pod.name, self.pod.uid)
-        if pod is not None:
-            self.pod.see(pod)
-        if self.pod.deleted(pod) or (pod is None and not reported):
-            raise removed("exited" if reported else "reported")
-        if reported:
-            if pod is not None and live(pod):
-                self.phase = Phase.EXIT
-                raise self.guard.fail(ERR_EXIT)
-            self.log.info("Checker pod reported and exited (confirmed by reads)")
-            return
-        assert pod is not None
-        if pending(pod):
-            self.phase = Phase.START
-            failure = start_failure(pod)
-            raise self.guard.fail(ERR_START + failure if failure else ERR_RUNNING)
-        self.phase = Phase.REPORT
-        raise self.guard.fail(ERR_REPORT, "" if live(pod) else why_ended(pod))
+        if self._deadline - self.clock() > 0 and self._wait(partial(reported_and_exited, self.guard, self.pod)):
+            return  # not at the deadline yet, and the caches said more
+        ending = settled(self.guard, self.pod)
+        if ending is not None:
+            if ending.phase is not None:
+                self.phase = ending.phase
+            raise ending.error
 
     # --- what the phases wait for, and their API calls ---------------------------------------------
 
@@ -346,26 +326,6 @@ class Runner:
             raise Stopped()
         return value
 
-    def _report_state(self) -> str | None:
-        """REPORT's wait: "reported", "gone", "deleted" (someone else set its deletionTimestamp), "ended"
-        (without a report), or None."""
-        if self.guard.reported():
-            return "reported"
-        pod = self.pod.current()
-        if pod is None:
-            return "gone"
-        self.pod.see(pod)
-        if self.pod.deleted(pod):
-            return "deleted"
-        return "ended" if not live(pod) else None
-
-    def _reported_and_exited(self) -> bool:
-        """_settle's wait: reported, and the pod finished on its own (not deleted by someone else)."""
-        if not self.guard.reported() or (pod := self.pod.current()) is None:
-            return False
-        self.pod.see(pod)
-        return not live(pod) and not self.pod.deleted(pod)
-
     def _earlier_gone(self) -> bool:
         return not earlier(self.services.pods.by_index("check", self.check.key), self.run_uuid,
                            self.services.stuck_terminating)
@@ -373,36 +333,15 @@ class Runner:
     def _fresh_pod_name(self) -> str:
         """`<check>-<unix seconds>`; the name has one-second resolution: never reuse one that still exists."""
         while self.services.pods.get(self.check.namespace,
-                                     name := pod_name(self.check.name, int(self.wall()))) is not None:
+                                     name := checkpod.pod_name(self.check.name, int(self.wall()))) is not None:
             if self.stop.wait(max(0.01, 1.0 - (self.wall() % 1.0))):
                 raise Stopped()
         return name
 
     def _rebind_once(self, timeout: float) -> Obj | None:
-        ns, name = self.check.namespace, self.check.name
-        return khstate.rebind_run_pod(self.services.resources, ns, name, self.run_uuid, self.pod.name,
-                                      hint=self.services.khstates.get(ns, name), timeout=timeout,
-                                      deadline=self._deadline, clock=self.clock)
+        return khstate.rebind_run_pod(self.ctx.state_write(timeout, self._deadline), self.pod.name,
+                                      hint=self.ctx.cached_state())
 
     def _claim_once(self, timeout: float) -> Obj:
-        ns, name = self.check.namespace, self.check.name
-        return khstate.claim_run(self.services.resources, ns, name, self.run_uuid, self.services.config.pod_name,
-                                 self.check.workload, hint=self.services.khstates.get(ns, name), timeout=timeout,
-                                 deadline=self._deadline, run_pod=self.pod.name,
-                                 run_key_sha256=run_key_sha256(self._run_key), clock=self.clock)
-
-    def _evict_run_pods(self) -> None:
-        """Remove the pod this run created, by its uid (RunPod.evictable). An API error here is logged; the
-        reaper or the next run's CLEAR retries."""
-        for name, uid in self.pod.evictable():
-            self.pod.told_to_go.add(name)
-            try:
-                how = self.services.resources.evict_pod(self.check.namespace, name, uid=uid, timeout=CONFIRM_TIMEOUT)
-                if how == FOREIGN:
-                    self.log.warning("Left pod %s alone: it is not the pod this run created (another uid)", name)
-                else:
-                    self.log.info("Removed checker pod %s (%s)", name, how)
-            except ApiError as e:
-                self.log.warning("Could not remove checker pod %s: %s", name, e)
-                if is_transient(e):
-                    break  # the API is away; the next run's CLEAR removes what is left
+        return khstate.claim_run(self.ctx.state_write(timeout, self._deadline), hint=self.ctx.cached_state(),
+                                 run_pod=self.pod.name, run_key_sha256=checkpod.run_key_sha256(self._run_key))

@@ -7,10 +7,8 @@ from collections.abc import Callable
 from typing import Any
 
 from kuberhealthy.base.notify import Notifier, Topic
-from kuberhealthy.kube import Obj, Resource, key_of
+from kuberhealthy.kube import Obj, Resource, Storage, key_of
 from testbed.fakes.clock import Activity, FakeClock
-
-Indexer = Callable[[Obj], list[str]]
 
 
 def _labels_match(obj: Obj, selector: str | None) -> bool:
@@ -40,16 +38,16 @@ class FakeCache:
     """kube.Reflector's reading surface over the objects FakeApi delivers; changes notify as it does."""
 
     def __init__(self, resource: Resource, notifier: Notifier, clock: FakeClock, activity: Activity, *,
-                 selector: str | None = None, indexers: dict[str, Indexer] | None = None,
-                 transform: Callable[[Obj], Obj] | None = None, synced: bool = True) -> None:
+                 selector: str | None = None, storage: Storage | None = None, synced: bool = True) -> None:
         self.plural = resource.plural
         self.name = f"kh-fake-cache-{resource.plural}"
         self.selector = selector
         self.notifier = notifier
         self._clock = clock
         self._activity = activity
-        self._indexers = dict(indexers or {})
-        self._transform = transform
+        storage = storage or Storage()
+        self._indexers = dict(storage.indexers)
+        self._transform = storage.transform
         self._lock = threading.Lock()  # the store and indexes; never held while listeners run
         self._delivery = threading.RLock()  # one change applied at a time, in order
         self._store: dict[str, Obj] = {}

@@ -23,10 +23,8 @@ from kuberhealthy.records import khstate
 from kuberhealthy.records.checkpod import (
     CHECK_NAME_ANNOTATION,
     CHECK_POD_SELECTOR,
+    CHECK_POD_STORAGE,
     RUN_ID_LABEL,
-    pod_check_index,
-    pod_ip_index,
-    pod_uuid_index,
     slim_pod,
 )
 from kuberhealthy.records.checkspec import CheckSpec
@@ -105,8 +103,8 @@ def report(services: FakeServices, pod: Obj, ok: bool = True, errors: Iterable[s
     namespace, check = meta["namespace"], meta["annotations"][CHECK_NAME_ANNOTATION]
     run_uuid = pod_env_value(pod, ENV_RUN_UUID) or ""
     now = dt.datetime.fromtimestamp(services.clock.wall(), dt.timezone.utc)  # LastRun on the fake wall clock
-    return khstate.record_report(services.resources, namespace, check, run_uuid, ok, list(errors),
-                                 services.config.pod_name, now=now, hint=services.khstates.get(namespace, check))
+    write = khstate.RunWrite(services.resources, namespace, check, run_uuid, services.config.pod_name)
+    return khstate.record_report(write, ok, list(errors), now=now, hint=services.khstates.get(namespace, check))
 
 
 def khcheck(name: str, namespace: str = NS, run_interval: str = "1h", timeout: str = "60s",
@@ -188,8 +186,7 @@ class FakeServices:
         self.khchecks = cache(KHCHECKS)
         self.khstates = cache(KHSTATES)
         self.khjobs = cache(KHJOBS)
-        self.pods = cache(PODS, selector=CHECK_POD_SELECTOR, transform=slim_pod,
-                          indexers={"uuid": pod_uuid_index, "ip": pod_ip_index, "check": pod_check_index})
+        self.pods = cache(PODS, selector=CHECK_POD_SELECTOR, storage=CHECK_POD_STORAGE)
         self.reflectors = [self.khchecks, self.khstates, self.khjobs, self.pods]
         self.stats = SchedulingMetrics()
         self.held = HeldReports(self.api, lambda: self.config.pod_name, wall=self.clock.wall)  # never started

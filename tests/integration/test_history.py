@@ -459,7 +459,7 @@ def test_kubectl_get_shows_the_printer_columns_of_khstates_and_khchecks(cluster:
     assert names == ["Name", "Interval", "Timeout", "Age"]
     assert rows["columns"][:3] == ["columns", "90s", "45s"] and rows["columns"][3]
     names, rows = table(cluster, khs(namespace))
-    # The issue's order: OK, Failures (consecutive), LastRun, Error (the first), Age.
+    # The columns' order: OK, Failures (consecutive), LastRun, Error (the first), Age.
     assert names == ["Name", "OK", "Failures", "LastRun", "Error", "Age"]
     name, ok, failures, last_run, error, age = rows["columns"]
     assert (name, ok, failures, last_run, error) == ("columns", "false", 3, "3h", "disk full")  # dates as ages

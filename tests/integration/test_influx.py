@@ -12,7 +12,7 @@ import pytest
 from influxdb import InfluxDBClient
 
 from kuberhealthy.base import config as khconfig
-from kuberhealthy.outputs.influx import InfluxForwarder
+from kuberhealthy.outputs.influx import InfluxForwarder, InfluxLimits
 from testbed.cluster.loopback import free_port
 from testbed.tools.influxd import InfluxD
 from testbed.wait import wait_for
@@ -97,8 +97,8 @@ def test_stop_flushes_everything_queued_before_the_thread_ends(
 def test_a_dead_influxdb_never_blocks_a_push_and_stop_returns_within_its_deadline(
         caplog: pytest.LogCaptureFixture) -> None:
     closed_port = free_port()  # nothing listens here
-    fwd = InfluxForwarder(make_config(f"http://127.0.0.1:{closed_port}", "kh"), client_timeout=1.0,
-                          flush_timeout=2.0)
+    fwd = InfluxForwarder(make_config(f"http://127.0.0.1:{closed_port}", "kh"),
+                          InfluxLimits(client_timeout=1.0, flush_timeout=2.0))
     fwd.start()
     for i in range(100):
         fwd.push("ns", f"c{i}", True, [], 1.0)
@@ -121,8 +121,8 @@ def test_an_influxdb_that_never_answers_cannot_hold_up_a_push_or_shutdown() -> N
                 writers.append(threading.current_thread().name)
                 return super().write_points(*args, **kwargs)
 
-        fwd = InfluxForwarder(make_config(f"http://127.0.0.1:{port}", "kh"), client_timeout=0.5,
-                              flush_timeout=1.0, client_factory=RecordingClient)
+        fwd = InfluxForwarder(make_config(f"http://127.0.0.1:{port}", "kh"),
+                              InfluxLimits(client_timeout=0.5, flush_timeout=1.0), client_factory=RecordingClient)
         fwd.start()
         for i in range(20):
             fwd.push("ns", f"c{i}", False, ["x"], 1.0)

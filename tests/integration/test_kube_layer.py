@@ -7,7 +7,7 @@ import time
 import pytest
 
 from kuberhealthy.base.errors import Conflict, NotFound
-from kuberhealthy.kube import KHCHECKS, KHSTATES, PODS, Notifier, Reflector, Resources
+from kuberhealthy.kube import KHCHECKS, KHSTATES, PODS, Notifier, Reflector, Resources, Selection, Storage
 from testbed.cluster.builders import checker_pod, khcheck
 from testbed.wait import wait_for
 
@@ -55,7 +55,7 @@ def test_update_with_retry_survives_a_concurrent_writer(res: Resources, namespac
 def test_the_reflector_lists_then_follows_adds_changes_and_deletes(res: Resources, namespace: str) -> None:
     res.create(KHCHECKS, namespace, khcheck("before"))
     events: list[tuple[str, str]] = []
-    r = Reflector(res.kube, KHCHECKS, namespace=namespace, name="kh-test-reflector")
+    r = Reflector(res.kube, KHCHECKS, Selection(namespace), name="kh-test-reflector")
     r.add_listener(lambda t, o, _p: events.append((t, o["metadata"]["name"])))
     r.start()
     try:
@@ -76,7 +76,7 @@ def test_the_reflector_lists_then_follows_adds_changes_and_deletes(res: Resource
 
 def test_a_waiter_wakes_on_the_change_it_waits_for(res: Resources, namespace: str) -> None:
     notifier = Notifier()
-    r = Reflector(res.kube, KHCHECKS, namespace=namespace, notifier=notifier, name="kh-test-reflector")
+    r = Reflector(res.kube, KHCHECKS, Selection(namespace), notifier=notifier, name="kh-test-reflector")
     r.start()
     try:
         assert r.synced.wait(10)
@@ -94,8 +94,8 @@ def test_a_waiter_wakes_on_the_change_it_waits_for(res: Resources, namespace: st
 
 
 def test_the_reflector_indexes_pods_by_label(res: Resources, namespace: str) -> None:
-    r = Reflector(res.kube, PODS, namespace=namespace, label_selector="app=kuberhealthy-check",
-                  indexers={"uuid": lambda p: [p["metadata"].get("labels", {}).get("kuberhealthy-run-id", "")]},
+    by_run = Storage({"uuid": lambda p: [p["metadata"].get("labels", {}).get("kuberhealthy-run-id", "")]})
+    r = Reflector(res.kube, PODS, Selection(namespace, "app=kuberhealthy-check"), storage=by_run,
                   name="kh-test-reflector")
     r.start()
     try:

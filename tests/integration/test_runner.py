@@ -133,7 +133,8 @@ def test_two_runs_have_different_uuids_and_the_first_can_no_longer_report(
     assert first.run_uuid != second.run_uuid
     assert state_of(daemon, namespace).uuid == second.run_uuid
     with pytest.raises(khstate.StaleReport):
-        khstate.record_report(daemon.services.resources, namespace, "probe", first.run_uuid, True, [], "x")
+        khstate.record_report(khstate.RunWrite(daemon.services.resources, namespace, "probe", first.run_uuid, "x"),
+                              True, [])
 
 
 def test_the_created_pod_carries_every_injected_env_var_label_and_annotation(

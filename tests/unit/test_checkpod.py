@@ -1,5 +1,5 @@
 """The checker pod: name, labels, annotations, env injection, restartPolicy, owner."""
-from kuberhealthy.records.checkpod import RUN_KEY_ANNOTATION, TOKEN_VOLUME, build_pod
+from kuberhealthy.records.checkpod import RUN_KEY_ANNOTATION, TOKEN_VOLUME, Claimed, build_pod
 from kuberhealthy.records.checkspec import CheckSpec, validate_pod_spec
 from testbed.fakes.readouts import pod_env_value
 
@@ -112,4 +112,5 @@ def test_a_user_volume_or_env_of_the_same_name_is_replaced_not_doubled() -> None
 def test_the_run_key_is_an_annotation_of_the_pod_only_when_given_and_never_the_authors() -> None:
     mine = check(extraAnnotations={RUN_KEY_ANNOTATION: "forged"})
     assert RUN_KEY_ANNOTATION not in build_pod(mine, "u", 1.0, "http://x")["metadata"]["annotations"]
-    assert build_pod(mine, "u", 1.0, "http://x", run_key="k")["metadata"]["annotations"][RUN_KEY_ANNOTATION] == "k"
+    keyed = build_pod(mine, "u", 1.0, "http://x", claimed=Claimed(run_key="k"))
+    assert keyed["metadata"]["annotations"][RUN_KEY_ANNOTATION] == "k"

@@ -12,7 +12,7 @@ import pytest
 
 from kuberhealthy.base.errors import ApiError, Conflict, Forbidden, NotFound, ServerError, Unreachable
 from kuberhealthy.outputs import events as ev
-from kuberhealthy.outputs.events import EventRecorder, ObjectRef
+from kuberhealthy.outputs.events import EventLimits, EventRecorder, ObjectRef
 
 T0 = 1_796_119_200.0  # 2026-12-01T10:00:00Z
 CHECK = ObjectRef(ev.KIND_CHECK, "team-a", "dns", "uid-1")
@@ -76,7 +76,7 @@ class Clock:
 
 def recorder(api: FakeEvents, clock: Clock, **kw: Any) -> EventRecorder:
     kw.setdefault("backoff_first", 0.001)
-    return EventRecorder(api, "kh-0", wall=lambda: clock.wall, clock=lambda: clock.mono, **kw)
+    return EventRecorder(api, "kh-0", EventLimits(**kw), wall=lambda: clock.wall, clock=lambda: clock.mono)
 
 
 def drain(r: EventRecorder) -> None:
@@ -272,7 +272,7 @@ def test_a_full_queue_drops_new_events_and_counts_them(api: FakeEvents, clock: C
 
 @pytest.fixture
 def running(api: FakeEvents) -> Iterator[EventRecorder]:
-    r = EventRecorder(api, "kh-0", backoff_first=0.001, flush_timeout=WAIT)
+    r = EventRecorder(api, "kh-0", EventLimits(backoff_first=0.001, flush_timeout=WAIT))
     r.start()
     try:
         yield r

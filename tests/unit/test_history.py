@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from kuberhealthy.base.times import format_time
 from kuberhealthy.outputs.schemacheck import PROBE_NAME_PREFIX, probe_body, pruned_fields
 from kuberhealthy.records import history as h
-from kuberhealthy.records.history import RunRecord
+from kuberhealthy.records.history import RunFacts, RunRecord
 from testbed.fakes.readouts import stats_json
 
 T0 = 1_796_119_200.0  # 2026-12-01T10:00:00Z
@@ -33,21 +33,22 @@ def base_spec() -> dict[str, Any]:
 
 
 def ok(i: int, **kw: Any) -> RunRecord:
-    return RunRecord.reported(f"run-{i}", T0 + 60 * i, 1.5, "node-1", f"check-{i}", {"OK": True, "Errors": []}, **kw)
+    return RunRecord.reported(RunFacts(f"run-{i}", T0 + 60 * i, 1.5, "node-1", f"check-{i}"),
+                              {"OK": True, "Errors": []}, **kw)
 
 
 def bad(i: int, errors: tuple[str, ...] = ("checker says no",), **kw: Any) -> RunRecord:
-    return RunRecord.reported(f"run-{i}", T0 + 60 * i, 2.0, "node-1", f"check-{i}",
+    return RunRecord.reported(RunFacts(f"run-{i}", T0 + 60 * i, 2.0, "node-1", f"check-{i}"),
                               {"OK": False, "Errors": list(errors)}, **kw)
 
 
 def failed(i: int, **kw: Any) -> RunRecord:
-    return RunRecord.failed(f"run-{i}", T0 + 60 * i, 300.0, "node-2", f"check-{i}", REASON,
+    return RunRecord.failed(RunFacts(f"run-{i}", T0 + 60 * i, 300.0, "node-2", f"check-{i}"), REASON,
                             [f"Check execution error: ns/check: {REASON}"], **kw)
 
 
 def skipped(i: int) -> RunRecord:
-    return RunRecord.skipped(f"run-{i}", T0 + 60 * i, 0.25)
+    return RunRecord.skipped(RunFacts(f"run-{i}", T0 + 60 * i, 0.25))
 
 
 def play(records: list[RunRecord], length: int = h.HISTORY_LENGTH, spec: dict[str, Any] | None = None,
@@ -118,7 +119,7 @@ def test_a_history_entry_holds_every_field_of_the_run() -> None:
 
 
 def test_durations_are_go_strings_in_milliseconds_and_a_skip_has_no_verdict() -> None:
-    r = RunRecord.reported("r", T0, 1.2345678, "n", "p", {"OK": True, "Errors": []})
+    r = RunRecord.reported(RunFacts("r", T0, 1.2345678, "n", "p"), {"OK": True, "Errors": []})
     assert h.apply_run({}, r, 24, T0)["history"][0]["duration"] == "1.235s"
     (entry,) = h.apply_run({}, skipped(0), 24, T0)["history"]
     assert entry["OK"] is None and entry["outcome"] == "skipped" and entry["errors"] == [] and "logs" not in entry
@@ -167,7 +168,7 @@ def test_each_error_is_capped_and_a_long_list_says_how_many_more() -> None:
 
 def test_the_current_result_keeps_its_errors_as_reported() -> None:
     spec = base_spec() | {"OK": False, "Errors": ["y" * 5000]}
-    keys = h.apply_run(spec, RunRecord.reported("r", T0, 1, "n", "p", spec), 24, T0)
+    keys = h.apply_run(spec, RunRecord.reported(RunFacts("r", T0, 1, "n", "p"), spec), 24, T0)
     assert "Errors" not in keys and len(keys["history"][0]["errors"][0]) == h.ERROR_CHARS
 
 
@@ -258,7 +259,7 @@ def test_uptime_is_the_ok_share_of_judged_runs_and_skips_do_not_count() -> None:
 
 
 def test_uptime_24h_appears_once_the_history_covers_a_day_and_counts_only_that_day() -> None:
-    old = RunRecord.reported("old", T0 - h.DAY - 60, 1, "n", "p", {"OK": False, "Errors": ["x"]})
+    old = RunRecord.reported(RunFacts("old", T0 - h.DAY - 60, 1, "n", "p"), {"OK": False, "Errors": ["x"]})
     spec = play([old, ok(0), ok(1), bad(2), ok(3)])
     s = h.stats(spec, T0 + 300)
     assert s.uptime_24h == pytest.approx(3 / 4) and s.uptime == pytest.approx(3 / 5)
@@ -267,9 +268,9 @@ def test_uptime_24h_appears_once_the_history_covers_a_day_and_counts_only_that_d
 def test_duration_percentiles_are_nearest_rank_over_judged_runs() -> None:
     spec = base_spec()
     for i in range(1, 21):
-        spec.update(h.apply_run(spec, RunRecord.reported(f"r{i}", T0 + i, float(i), "n", "p", {"OK": True}),
+        spec.update(h.apply_run(spec, RunRecord.reported(RunFacts(f"r{i}", T0 + i, float(i), "n", "p"), {"OK": True}),
                                 24, T0 + i))
-    spec.update(h.apply_run(spec, RunRecord.skipped("s", T0 + 99, 999.0), 24, T0 + 99))
+    spec.update(h.apply_run(spec, RunRecord.skipped(RunFacts("s", T0 + 99, 999.0)), 24, T0 + 99))
     s = h.stats(spec, T0 + 100)
     assert (s.duration_p50, s.duration_p95) == (10.0, 19.0)
     assert h.percentile([], 50) is None and h.percentile([3.0], 95) == 3.0

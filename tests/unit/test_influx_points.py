@@ -12,6 +12,7 @@ from kuberhealthy.base.errors import ConfigError
 from kuberhealthy.outputs.influx import (
     InfluxDBClientError,
     InfluxForwarder,
+    InfluxLimits,
     client_settings,
     make_points,
     measurement_name,
@@ -55,7 +56,7 @@ def forwarder(**kw: Any) -> tuple[InfluxForwarder, FakeClient]:
         return made[-1]
 
     kw.setdefault("backoff_first", 0.0)
-    fwd = InfluxForwarder(cfg(), client_factory=factory, now_ns=lambda: 1_700_000_000_000_000_000, **kw)
+    fwd = InfluxForwarder(cfg(), InfluxLimits(**kw), client_factory=factory, now_ns=lambda: 1_700_000_000_000_000_000)
     return fwd, made[0]
 
 

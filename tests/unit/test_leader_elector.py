@@ -7,7 +7,7 @@ from typing import Any
 
 from kuberhealthy.base.config import LeaderElection
 from kuberhealthy.base.errors import Conflict, NotFound, Unreachable
-from kuberhealthy.control.leader import Action, LeaderElector
+from kuberhealthy.control.leader import Action, Candidacy, LeaderElector
 
 SETTINGS = LeaderElection(lease_name="kh", lease_duration=15, renew_deadline=10, retry_period=2)
 
@@ -59,7 +59,7 @@ class Clock:
 
 
 def elector(store: FakeLeases, clock: Clock, name: str, events: list[str]) -> LeaderElector:
-    return LeaderElector(store, "kh-ns", name, SETTINGS,  # type: ignore[arg-type]
+    return LeaderElector(store, Candidacy("kh-ns", name, SETTINGS),  # type: ignore[arg-type]
                          lambda: events.append(f"{name} started"), lambda: events.append(f"{name} stopped"),
                          clock=clock)
 
@@ -165,10 +165,10 @@ def test_a_released_lease_wakes_the_standby_at_once_not_at_its_next_retry() -> N
     store, events = FakeLeases(), list[str]()
     slow = LeaderElection(lease_name="kh", lease_duration=15, renew_deadline=10, retry_period=3600)
     watch = FakeWatch()
-    a = LeaderElector(store, "kh-ns", "a", SETTINGS, lambda: events.append("a started"),  # type: ignore[arg-type]
+    a = LeaderElector(store, Candidacy("kh-ns", "a", SETTINGS), lambda: events.append("a started"),  # type: ignore[arg-type]
                       lambda: events.append("a stopped"))
     a.try_once()
-    b = LeaderElector(store, "kh-ns", "b", slow, lambda: events.append("b started"),  # type: ignore[arg-type]
+    b = LeaderElector(store, Candidacy("kh-ns", "b", slow), lambda: events.append("b started"),  # type: ignore[arg-type]
                       lambda: events.append("b stopped"), watch=watch)
     b.start()  # its first try finds a holding the Lease; the next retry would be an hour away
     try:
@@ -194,7 +194,7 @@ def test_a_released_lease_wakes_the_standby_at_once_not_at_its_next_retry() -> N
 def test_the_leader_s_own_renewals_do_not_wake_it_but_another_holder_does() -> None:
     store, clock, events = FakeLeases(), Clock(), []
     watch = FakeWatch()
-    a = LeaderElector(store, "kh-ns", "a", SETTINGS, lambda: events.append("a started"),  # type: ignore[arg-type]
+    a = LeaderElector(store, Candidacy("kh-ns", "a", SETTINGS), lambda: events.append("a started"),  # type: ignore[arg-type]
                       lambda: events.append("a stopped"), clock=clock, watch=watch)
     a.try_once()
     assert store.obj is not None

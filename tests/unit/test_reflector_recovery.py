@@ -6,10 +6,19 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+import pytest
+
 from kuberhealthy.base.errors import Unreachable
-from kuberhealthy.kube import KHCHECKS, Reflector
+from kuberhealthy.kube import KHCHECKS, Reflector, Selection, reflector
 from kuberhealthy.kube.client import Kube
 from kuberhealthy.kube.reflector import READ_GRACE, WATCH_SECONDS
+
+
+@pytest.fixture(autouse=True)
+def short_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reflector backs off on its stop event between watches (real time, 0.1 s and up): 1 ms here, so
+    a script of failures plays in milliseconds. What follows each failure is the same."""
+    monkeypatch.setattr(reflector, "BACKOFF_FIRST", 0.001)
 
 
 def obj(name: str, rv: str) -> dict[str, Any]:
@@ -58,7 +67,7 @@ class FakeKube:
 
 
 def run_reflector(kube: FakeKube) -> Reflector:
-    r = Reflector(kube, KHCHECKS, namespace="ns", name="kh-test-reflector")  # type: ignore[arg-type]
+    r = Reflector(kube, KHCHECKS, Selection("ns"), name="kh-test-reflector")  # type: ignore[arg-type]
     r.start()
     assert kube.done.wait(20), "the reflector did not play every script"
     r.stop()

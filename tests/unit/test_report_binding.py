@@ -174,21 +174,25 @@ class Api:
         return out
 
 
+def write(api: Api, run: str = RUN) -> khstate.RunWrite:
+    return khstate.RunWrite(api, NS, CHECK, run, "kh-0")  # type: ignore[arg-type]
+
+
 def test_a_claim_names_the_pod_and_the_secrets_hash_and_the_last_write_finishes_the_run() -> None:
     api = Api()
-    khstate.claim_run(api, NS, CHECK, RUN, "kh-0", run_pod="dns-100", run_key_sha256="h")  # type: ignore[arg-type]
+    khstate.claim_run(write(api), run_pod="dns-100", run_key_sha256="h")
     claim = khstate.RunClaim.of(api.obj)
     assert (claim.uuid, claim.pod, claim.key_sha256, claim.finished) == (RUN, "dns-100", "h", False)
-    khstate.record_result(api, NS, CHECK, RUN, "1s", "node-a", "kh-0")  # type: ignore[arg-type]
+    khstate.record_result(write(api), "1s", "node-a")
     assert khstate.RunClaim.of(api.obj).finished and khstate.finished_uuid(api.obj) == RUN
-    khstate.claim_run(api, NS, CHECK, "run-2", "kh-0", run_pod="dns-200", run_key_sha256="h2")  # type: ignore[arg-type]
+    khstate.claim_run(write(api, "run-2"), run_pod="dns-200", run_key_sha256="h2")
     assert not khstate.RunClaim.of(api.obj).finished and khstate.finished_uuid(api.obj) == RUN
 
 
 def test_a_recorded_failure_finishes_the_run_too() -> None:
     api = Api()
-    khstate.claim_run(api, NS, CHECK, RUN, "kh-0", run_pod="dns-100", run_key_sha256="h")  # type: ignore[arg-type]
-    khstate.record_error(api, NS, CHECK, ["boom"], "kh-0", run_uuid=RUN)  # type: ignore[arg-type]
+    khstate.claim_run(write(api), run_pod="dns-100", run_key_sha256="h")
+    khstate.record_error(write(api), ["boom"])
     assert khstate.RunClaim.of(api.obj).finished
 
 

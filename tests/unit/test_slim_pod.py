@@ -66,7 +66,7 @@ def test_every_decision_is_the_same_on_the_slim_pod(full: dict[str, Any]) -> Non
                    pod_ip_index, pod_uuid_index, pod_check_index):
         assert decide(slim) == decide(full), decide.__name__
     assert CallerFinder.validate(slim, "s") == CallerFinder.validate(full, "s")
-    limits = Limits(max_completed_pods=0, max_error_pods=0, max_pod_age=10.0)
+    limits = Limits(max_completed_pods=0, max_error_pods=0, max_pod_age=10.0, max_khjob_age=900.0)
     assert pods_to_reap([slim], 2e9, limits) == pods_to_reap([full], 2e9, limits)
 
 

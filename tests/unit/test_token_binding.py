@@ -15,6 +15,7 @@ from kuberhealthy.records import khstate
 from kuberhealthy.records.khstate import (
     TOKEN_BOUND_GENERATION,
     RunFinished,
+    RunWrite,
     StaleReport,
     TokenBinding,
     TokenBound,
@@ -50,8 +51,8 @@ class Store:
 
 
 def report(store: Store, binding: TokenBinding | None, run: str = RUN) -> dict[str, Any]:
-    out: dict[str, Any] = record_report(store, NS, CHECK, run, True, [], "kh-0", now=WHEN,  # type: ignore[arg-type]
-                                        binding=binding)
+    write = RunWrite(store, NS, CHECK, run, "kh-0")  # type: ignore[arg-type]
+    out: dict[str, Any] = record_report(write, True, [], now=WHEN, binding=binding)
     return out
 
 
