@@ -9,7 +9,7 @@ Parsing is tolerant, because khstates are hand-edited and the daemon must not cr
 lower-case `t`), a time without an offset is UTC, and anything else (not a string, empty, unreadable)
 is None, never an exception. Surrounding whitespace is not stripped.
 
-Not here: Go's strict time.Time decoding of the v2 status page (web/status/gojson.py), Go durations
+Not here: Go's strict time.Time decoding of the v2 status page (web/gojson.py), Go durations
 (durations.py), reading any clock but the wall clock's now (callers pass their times in).
 """
 from __future__ import annotations

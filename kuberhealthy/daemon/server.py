@@ -35,7 +35,8 @@ from kuberhealthy.web import create_app
 logger = logging.getLogger(__name__)
 
 GRACEFUL_TIMEOUT = 55  # seconds the arbiter waits for the worker before SIGKILL
-HTTP_THREADS = 32  # report handling takes at most 24 (web.REPORT_SLOTS): the rest stay free for `/` and probes
+# report handling takes at most 24 (web.report.admission.REPORT_SLOTS): the rest stay free for `/` and probes
+HTTP_THREADS = 32
 
 
 def _dual_stack() -> bool:

@@ -16,11 +16,15 @@ from werkzeug.exceptions import HTTPException
 
 from kuberhealthy.needs import WebNeeds
 from kuberhealthy.web import api, health, openapi
-from kuberhealthy.web.context import CALLER_WAIT, EXTENSION, WebContext, context, one_line, plain
+from kuberhealthy.web.answers import plain
+from kuberhealthy.web.context import WebContext
 from kuberhealthy.web.dashboard import render as dashpage
 from kuberhealthy.web.dashboard import routes as dashboard_routes
 from kuberhealthy.web.entries import ViewCache
+from kuberhealthy.web.parts import install
+from kuberhealthy.web.ratelimit import ConfiguredLimiter
 from kuberhealthy.web.report import routes as report_routes
+from kuberhealthy.web.report.admission import CALLER_WAIT, Admission
 from kuberhealthy.web.report.stats import ReportStats
 from kuberhealthy.web.report.tokens import Screen, TokenVerifier
 from kuberhealthy.web.report.triage import Triage
@@ -37,7 +41,9 @@ def _http_error(e: HTTPException) -> Response:
 def create_app(services: WebNeeds, *, caller_wait: float = CALLER_WAIT,
                server_collectors: Sequence[Collector] = ()) -> Flask:
     """The Flask app over running (or about to run) services. `server_collectors` are the HTTP
-    server's own metrics (the daemon's worker: connections it closed), exported on /metrics too."""
+    server's own metrics (the daemon's worker: connections it closed), exported on /metrics too.
+    Every part a handler uses is built here and installed on the app (parts.py): the rooms (report/,
+    status/, dashboard/, api.py, health.py) never import each other nor this module."""
     app = Flask(__name__, static_folder=None)  # the dashboard serves its own assets (web/dashboard/)
     cache = StatusCache(services.khstates, services.khjobs, services.khchecks).attach()
     views = ViewCache(services.khchecks, services.khjobs, services.khstates, services.pods,
@@ -50,9 +56,11 @@ def create_app(services: WebNeeds, *, caller_wait: float = CALLER_WAIT,
                                                      *server_collectors])
     triage = Triage(services.pods, services.khstates, services.notifier, services.read_checker_pods)
     tokens = TokenVerifier(services.resources, screen=Screen(services.pods, triage.may_be_new))
-    app.extensions[EXTENSION] = WebContext(services=services, status=cache, registry=registry,
-                                           caller_wait=caller_wait, report_stats=report_stats,
-                                           tokens=tokens, views=views, triage=triage)
+    limiter = ConfiguredLimiter(lambda: (services.config.report_rate_limit, services.config.report_rate_burst))
+    admission = Admission(services, report_stats, tokens=tokens, triage=triage, caller_wait=caller_wait)
+    install(app, WebContext(services, limiter), cache, views, registry,
+            status_routes.HtmlRoot(dashpage.prefers_html, dashpage.overview),
+            report_routes.ReportDesk(services, report_stats, limiter, admission))
     app.register_blueprint(status_routes.bp)
     app.register_blueprint(report_routes.bp)
     app.register_blueprint(health.bp)
@@ -64,4 +72,4 @@ def create_app(services: WebNeeds, *, caller_wait: float = CALLER_WAIT,
     return app
 
 
-__all__ = ["CALLER_WAIT", "WebContext", "context", "create_app", "one_line", "plain"]
+__all__ = ["CALLER_WAIT", "create_app"]

@@ -35,10 +35,12 @@ from kuberhealthy.kube import KHCHECKS, Obj
 from kuberhealthy.outputs.events import KIND_CHECK, ObjectRef
 from kuberhealthy.records import pause, runnow
 from kuberhealthy.web import origin
-from kuberhealthy.web.context import context, plain, requested_namespaces
-from kuberhealthy.web.entries import Built, current_run
+from kuberhealthy.web.addresses import normalize_ip
+from kuberhealthy.web.answers import plain, requested_namespaces
+from kuberhealthy.web.context import context
+from kuberhealthy.web.entries import Built, ViewCache, current_run
+from kuberhealthy.web.parts import part
 from kuberhealthy.web.ratelimit import RateLimiter
-from kuberhealthy.web.report.finder import normalize_ip
 
 logger = logging.getLogger(__name__)
 
@@ -65,12 +67,12 @@ def _listing(built: list[Built]) -> Response:
 @bp.route("/api/checks", methods=["GET", "HEAD"])
 def checks() -> Response:
     raw = request.args.get("namespace", "")
-    return _listing(context().views.entries(requested_namespaces(raw) if raw else None))
+    return _listing(part(ViewCache).entries(requested_namespaces(raw) if raw else None))
 
 
 @bp.route("/api/checks/<namespace>/<name>", methods=["GET", "HEAD"])
 def one(namespace: str, name: str) -> Response:
-    built = context().views.one(namespace, name)
+    built = part(ViewCache).one(namespace, name)
     if not built:
         return plain(404, f"no khcheck or khjob {namespace}/{name}")
     return _listing(built)
@@ -93,7 +95,7 @@ def run(namespace: str, name: str) -> Response:
     if not services.config.enable_run_api:
         abort(404)  # the route is off: the same answer as a path that does not exist
     source = normalize_ip(request.remote_addr or "") or (request.remote_addr or "")
-    wait = ctx.limiter().take(source)
+    wait = ctx.limiter.take(source)
     if wait > 0:
         return plain(429, f"too many requests from {source}; try again shortly",
                      {"Retry-After": RateLimiter.retry_after(wait)})

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from flask import Blueprint, Response
 
-from kuberhealthy.web.context import context, plain
+from kuberhealthy.web.answers import plain
+from kuberhealthy.web.context import context
 
 bp = Blueprint("health", __name__)
 

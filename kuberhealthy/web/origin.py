@@ -1,5 +1,5 @@
 """Refusing cross-site browser requests to the routes that change state, in the shape of Go 1.25's
-net/http CrossOriginProtection (CONTRACT section 12, "Run now").
+net/http CrossOriginProtection (docs/interface.md#run-now).
 
 A web page open in a browser that can reach the daemon (a port-forward, an ingress) can send a POST
 to it; without this, any page could keep every check running back to back. The rules, as Go's:
@@ -35,7 +35,7 @@ from urllib.parse import urlsplit
 
 from flask import Response, request
 
-from kuberhealthy.web.context import plain
+from kuberhealthy.web.answers import plain
 
 logger = logging.getLogger(__name__)
 

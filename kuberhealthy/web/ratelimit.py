@@ -48,3 +48,25 @@ class RateLimiter:
     def retry_after(wait: float) -> str:
         """A Retry-After header value (whole seconds, at least 1)."""
         return str(max(1, math.ceil(wait)))
+
+
+class ConfiguredLimiter:
+    """The per-source limiter for the current rates, one per app, shared by the report endpoint and the
+    run-now route: `rates()` says (rate, burst) now; a reload that changes them starts afresh."""
+
+    def __init__(self, rates: Callable[[], tuple[float, int]]) -> None:
+        self._rates = rates
+        self._lock = threading.Lock()
+        self._current: RateLimiter | None = None
+
+    def current(self) -> RateLimiter:
+        rate, burst = self._rates()
+        with self._lock:
+            current = self._current
+            if current is None or (current.rate, current.burst) != (rate, float(burst)):
+                current = self._current = RateLimiter(rate, burst)
+            return current
+
+    def take(self, source: str) -> float:
+        """RateLimiter.take on the limiter for the current rates."""
+        return self.current().take(source)

@@ -1,7 +1,8 @@
 """A flood of forged bearer tokens costs the API server almost nothing and never costs a genuine report
-(issue 21 item 2; kuberhealthy/web/report/tokens.py): real API server (TokenReview for real), simulated kubelet
-minting the checker's real projected token, the daemon in this process, every report over real HTTP from
-loopback addresses as an attacker who can read pods (but not their token files) would send it."""
+(docs/interface.md#report-authenticity; kuberhealthy/web/report/tokens.py): real API server (TokenReview
+for real), simulated kubelet minting the checker's real projected token, the daemon in this process, every
+report over real HTTP from loopback addresses as an attacker who can read pods (but not their token files)
+would send it."""
 from __future__ import annotations
 
 import threading
@@ -14,7 +15,9 @@ import pytest
 from kuberhealthy.kube.client import USER_AGENT
 from kuberhealthy.records.checkspec import CheckSpec
 from kuberhealthy.run.runner import Outcome, Runner
-from kuberhealthy.web.context import EXTENSION, WebContext
+from kuberhealthy.web.parts import part
+from kuberhealthy.web.report.admission import Admission
+from kuberhealthy.web.report.routes import ReportDesk
 from testbed.clients.forgery import forged_token
 from testbed.clients.rawhttp import REPORT_PATH, request
 from testbed.cluster.apiserver import TestCluster
@@ -36,9 +39,8 @@ def daemon_settings() -> dict[str, Any]:
     return {"reportRateLimit": 10000, "reportRateBurst": 10000}
 
 
-def web(d: InProcessDaemon) -> WebContext:
-    ctx: WebContext = d.app.extensions[EXTENSION]
-    return ctx
+def web(d: InProcessDaemon) -> Admission:
+    return part(ReportDesk, d.app).admission
 
 
 def token_reviews(cluster: TestCluster, offset: int) -> list[dict[str, Any]]:

@@ -1,4 +1,4 @@
-"""Pause against the real API server and simulated kubelet (records/pause.py, CONTRACT section 14): the
+"""Pause against the real API server and simulated kubelet (records/pause.py, docs/interface.md#pausing-a-check): the
 annotations set as `kubectl annotate` sets them; no checker pod while paused; `/api/checks` shows the
 pause, `kuberhealthy_check_paused` is 1, the top-level OK ignores the paused failing check (its
 CheckDetails entry stays); the pause's time passing, or the annotation's removal, runs the check at once;

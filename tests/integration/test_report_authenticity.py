@@ -1,4 +1,4 @@
-"""Reports only from the pod the run created (issue 12; docs/interface.md#report-authenticity), tried the way an
+"""Reports only from the pod the run created (docs/interface.md#report-authenticity), tried the way an
 attacker inside the cluster would: real API server, simulated kubelet (pod IPs, projected tokens minted through
 the TokenRequest API), the daemon in this process, every request over real HTTP from a chosen address."""
 from __future__ import annotations
@@ -24,7 +24,8 @@ from kuberhealthy.kube.client import USER_AGENT
 from kuberhealthy.records.checkpod import TOKEN_PATH
 from kuberhealthy.records.checkspec import CheckSpec
 from kuberhealthy.run.runner import Outcome, Runner, RunResult
-from kuberhealthy.web.context import EXTENSION, WebContext
+from kuberhealthy.web.parts import part
+from kuberhealthy.web.report.routes import ReportDesk
 from kuberhealthy.web.report.tokens import TokenVerifier
 from testbed.cluster.apiserver import TestCluster
 from testbed.cluster.builders import khc, khcheck, khs, pods_path
@@ -115,9 +116,8 @@ def counter(d: InProcessDaemon, family: str, **labels: str) -> float:
     raise AssertionError(f"no {family}{labels} in /metrics")
 
 
-def web(d: InProcessDaemon) -> WebContext:
-    ctx: WebContext = d.app.extensions[EXTENSION]
-    return ctx
+def web(d: InProcessDaemon) -> ReportDesk:
+    return part(ReportDesk, d.app)
 
 
 def node_ip(kubelet: SimKubelet, record: PodRecord) -> str:
@@ -220,7 +220,7 @@ def test_look_alike_pods_cannot_report_for_the_run_nor_stop_its_pod_from_reporti
     assert not [a for a in answers.values() if "two or more" in a.response_body]
     state = cluster.request("GET", khs(namespace, "probe"))["spec"]
     assert (state["OK"], state["Errors"]) == (True, [])
-    stats = web(daemon).report_stats
+    stats = web(daemon).stats
     assert stats.count(stats.rejected, "not-run-pod") == 2 and stats.count(stats.rejected, "token-other-pod") == 2
 
 
@@ -278,7 +278,7 @@ class NoReviews:
 
 def test_a_token_the_api_server_cannot_review_does_not_cost_the_report_its_uuid_would_get(
         namespace: str, daemon: InProcessDaemon, kubelet: SimKubelet) -> None:
-    web(daemon).tokens = TokenVerifier(NoReviews())  # type: ignore[arg-type]
+    web(daemon).admission.tokens = TokenVerifier(NoReviews())  # type: ignore[arg-type]
     result = Runner(daemon.services, spec(namespace, "probe", {"SIM_TOKEN": "file"}), threading.Event()).run()
     assert result.outcome is Outcome.REPORTED and report_of(kubelet, namespace, result)[0] == 200
 
@@ -297,7 +297,7 @@ def test_a_run_reporting_with_its_token_costs_one_token_review_and_at_most_five_
         cluster: TestCluster, namespace: str, daemon: InProcessDaemon, kubelet: SimKubelet) -> None:
     check = spec(namespace, "probe", {"SIM_TOKEN": "file"})
     Runner(daemon.services, check, threading.Event()).run()  # warm-up: creates the khstate
-    reviews = web(daemon).tokens.reviews
+    reviews = web(daemon).admission.tokens.reviews
     offset, n = cluster.audit_offset(), 3
     for _ in range(n):
         time.sleep(1.02 - time.time() % 1.0)  # pods are named <check>-<unix second>
@@ -311,7 +311,7 @@ def test_a_run_reporting_with_its_token_costs_one_token_review_and_at_most_five_
                 and (e.get("objectRef") or {}).get("resource") != "leases"]
     events = wait_for(lambda: (got := ours()) and sum(e["objectRef"].get("resource") == "tokenreviews"
                                                      for e in got) == n and got, 10, what="the audit log")
-    assert web(daemon).tokens.reviews - reviews == n
+    assert web(daemon).admission.tokens.reviews - reviews == n
     kinds = sorted(f"{e['verb']} {e['objectRef'].get('resource')}" for e in events)
     assert len(events) <= 5 * n, kinds  # today: the pod, the TokenReview, claim + report + result
 

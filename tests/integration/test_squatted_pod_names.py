@@ -1,6 +1,6 @@
-"""Squatted checker pod names (issue 21 item 5, CONTRACT 4 and 13), on the test bed: real API server, simulated
-kubelet, reports over real HTTP. Plain pods (no checker labels) under every `<check>-<unix seconds>` of the next
-seconds make the run take `<check>-<unix seconds>-<5 random>`, and the squatters are never touched."""
+"""Squatted checker pod names (docs/interface.md#checker-pods, #under-hostile-clients), on the test bed: real API
+server, simulated kubelet, reports over real HTTP. Plain pods (no checker labels) under every `<check>-<unix seconds>`
+of the next seconds make the run take `<check>-<unix seconds>-<5 random>`, and the squatters are never touched."""
 from __future__ import annotations
 
 import re

@@ -1,9 +1,9 @@
-"""Pause on the leader, over the in-memory fakes with an injected clock (records/pause.py, CONTRACT section 14):
-a paused check starts no run and creates no pod, its khstate keeps the last result, a run in flight when
-the pause begins finishes, and the check runs at once when the pause ends (the annotation removed, or its
-time passed); an unparsable value is ignored with a PauseIgnored Event and a log line; a past time is no
-pause. The worker's own timer ends a pause in production; here the fake clock moves, and a nudge stands
-in for that timer firing (the real timer is exercised in tests/integration/test_pause.py)."""
+"""Pause on the leader, over the in-memory fakes with an injected clock (records/pause.py,
+docs/interface.md#pausing-a-check): a paused check starts no run and creates no pod, its khstate keeps the last
+result, a run in flight when the pause begins finishes, and the check runs at once when the pause ends (the annotation
+removed, or its time passed); an unparsable value is ignored with a PauseIgnored Event and a log line; a past time is
+no pause. The worker's own timer ends a pause in production; here the fake clock moves, and a nudge stands in for that
+timer firing (the real timer is exercised in tests/integration/test_pause.py)."""
 from __future__ import annotations
 
 import logging

@@ -1,9 +1,8 @@
-"""What every replica says about a paused check (records/pause.py, CONTRACT section 14), over the fakes: `/`
-keeps v2's shape and the check's CheckDetails entry but leaves it out of the top-level OK and Errors and of
+"""What every replica says about a paused check (records/pause.py, docs/interface.md#pausing-a-check), over the fakes:
+`/` keeps v2's shape and the check's CheckDetails entry but leaves it out of the top-level OK and Errors and of
 kuberhealthy_cluster_state; `/api/checks` shows `paused: {until, reason}` and the pause's end as nextRun;
-`kuberhealthy_check_paused` is 1|0; no HTTP route runs (or resumes) it; the dashboard shows the pause and
-the `kubectl annotate` commands. When the pause's time passes, each of them says so at its next read,
-without any cache change."""
+`kuberhealthy_check_paused` is 1|0; no HTTP route runs (or resumes) it; the dashboard shows the pause and the `kubectl
+annotate` commands. When the pause's time passes, each of them says so at its next read, without any cache change."""
 from __future__ import annotations
 
 import json

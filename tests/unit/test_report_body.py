@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
+from kuberhealthy.web.addresses import normalize_ip
 from kuberhealthy.web.report.body import BLANK_ERROR, NO_ERRORS, OK_WITH_ERRORS, BadReport, decode, parse_report
-from kuberhealthy.web.report.finder import normalize_ip
 
 
 @pytest.mark.parametrize(("body", "expected"), [

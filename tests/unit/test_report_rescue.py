@@ -19,9 +19,10 @@ from kuberhealthy.checkclient import RUN_UUID_HEADER
 from kuberhealthy.kube import KHCHECKS, KHSTATES, PODS, Obj
 from kuberhealthy.outputs.events import EventRecorder
 from kuberhealthy.records import khstate
-from kuberhealthy.records.checkpod import build_pod, run_key_sha256
-from kuberhealthy.web.context import EXTENSION
-from kuberhealthy.web.report.triage import Behind, Known, RescueReads, Triage, Unknown
+from kuberhealthy.records.checkpod import Claimed, build_pod, run_key_sha256
+from kuberhealthy.web.parts import part
+from kuberhealthy.web.report.routes import ReportDesk
+from kuberhealthy.web.report.triage import Behind, Known, RescueReads, Triage, TriageLimits, Unknown
 from testbed.fakes import NS, REPORTING_URL, FakeServices, check_spec, khcheck, khstate_of
 from testbed.wait import wait_for
 
@@ -50,9 +51,9 @@ def address(pod: Obj) -> str:
 
 def install(app: Flask, fake: FakeServices, **kw: Any) -> Triage:
     """A triage on the fake wall clock (creation times are the fake API's), in place of the app's."""
-    kw.setdefault("wall", fake.clock.wall)
-    triage = Triage(fake.pods, fake.khstates, fake.notifier, fake.read_checker_pods, **kw)
-    app.extensions[EXTENSION].triage = triage
+    clocks = {"wall": kw.pop("wall", fake.clock.wall), **({"clock": kw.pop("clock")} if "clock" in kw else {})}
+    triage = Triage(fake.pods, fake.khstates, fake.notifier, fake.read_checker_pods, TriageLimits(**kw), **clocks)
+    part(ReportDesk, app).admission.triage = triage
     return triage
 
 
@@ -69,7 +70,7 @@ def claimed_pending_pod(fake: FakeServices, check: str = "dns") -> tuple[Obj, st
     """A checker pod just created (no pod IP) whose khstate claims its run by the pod's name, as our
     runner's claim does: the caches may be behind for 30 s."""
     run, key = str(uuid.uuid4()), uuid.uuid4().hex
-    body = build_pod(check_spec(check), run, fake.clock.wall(), REPORTING_URL, run_key=key)
+    body = build_pod(check_spec(check), run, fake.clock.wall(), REPORTING_URL, claimed=Claimed(run_key=key))
     fake.api.put(KHSTATES, khstate_of(check, uuid=run, annotations={
         khstate.RUN_POD: body["metadata"]["name"], khstate.RUN_KEY_SHA256: run_key_sha256(key)}))
     return fake.api.put(PODS, body), run
@@ -175,7 +176,7 @@ def test_the_wait_pool_full_answers_503_with_retry_after_1_at_once(
         full = post(app.test_client(), OK, run_uuid=made_up)
         assert full.status_code == 503 and full.headers["Retry-After"] == "1", full.text
         assert "waiting for the caches" in full.text and triage.pool_full == 1
-        slots = app.extensions[EXTENSION].report_slots
+        slots = part(ReportDesk, app).admission.slots
         held = [slots.acquire(blocking=False) for _ in range(24)]
         assert all(held)  # the four waiting hold no report slot
         for _ in held:

@@ -1,4 +1,5 @@
-"""Pod names that cannot be squatted into a failure, over the in-memory fakes (CONTRACT 4 and 13).
+"""Pod names that cannot be squatted into a failure, over the in-memory fakes (docs/interface.md#checker-pods,
+#under-hostile-clients).
 
 A pod the run did not create under its predicted name `<check>-<unix seconds>` (no checker labels, so no
 cache sees it) makes the run claim a fallback name and create under it; nothing the run removes is
@@ -17,7 +18,7 @@ from kuberhealthy.control.reaper import CheckReaper
 from kuberhealthy.kube import KHSTATES, PODS, Obj
 from kuberhealthy.kube.resources import FOREIGN
 from kuberhealthy.records import khstate
-from kuberhealthy.records.checkpod import build_pod, fallback_pod_name, pod_name, run_key_sha256
+from kuberhealthy.records.checkpod import Claimed, build_pod, fallback_pod_name, pod_name, run_key_sha256
 from kuberhealthy.run.runner import RENAMES, Outcome, Phase, Runner, RunResult
 from kuberhealthy.web.report.finder import CallerFinder, NotTheRunsPod
 from testbed.fakes import NS, REPORTING_URL, FakeServices, FakeStop, check_spec, khstate_of, report
@@ -195,12 +196,12 @@ def test_the_reaper_never_deletes_a_finished_pod_without_the_checker_labels(fake
 def test_rebinding_names_the_new_pod_only_while_the_khstate_still_names_the_run(
         fake_services: FakeServices) -> None:
     res = fake_services.api
-    khstate.claim_run(res, NS, "probe", "run-1", "kh-0", run_pod="probe-1", run_key_sha256="h")
-    out = khstate.rebind_run_pod(res, NS, "probe", "run-1", "probe-1-abcde")
+    khstate.claim_run(khstate.RunWrite(res, NS, "probe", "run-1", "kh-0"), run_pod="probe-1", run_key_sha256="h")
+    out = khstate.rebind_run_pod(khstate.RunWrite(res, NS, "probe", "run-1", "kh-0"), "probe-1-abcde")
     assert out is not None and khstate.RunClaim.of(out).pod == "probe-1-abcde"
     assert khstate.RunClaim.of(out).key_sha256 == "h"
-    khstate.claim_run(res, NS, "probe", "run-2", "kh-0", run_pod="probe-2", run_key_sha256="h2")
-    assert khstate.rebind_run_pod(res, NS, "probe", "run-1", "probe-1-zzzzz") is None
+    khstate.claim_run(khstate.RunWrite(res, NS, "probe", "run-2", "kh-0"), run_pod="probe-2", run_key_sha256="h2")
+    assert khstate.rebind_run_pod(khstate.RunWrite(res, NS, "probe", "run-1", "kh-0"), "probe-1-zzzzz") is None
     assert khstate.RunClaim.of(res.peek(KHSTATES, NS, "probe")).pod == "probe-2"
 
 
@@ -208,9 +209,9 @@ def test_rebinding_names_the_new_pod_only_while_the_khstate_still_names_the_run(
 def test_rebinding_reads_the_khstate_when_the_cached_hint_is_behind_the_claim(
         fake_services: FakeServices, hint_run: str) -> None:
     res = fake_services.api
-    khstate.claim_run(res, NS, "probe", "run-1", "kh-0", run_pod="probe-1", run_key_sha256="h")
+    khstate.claim_run(khstate.RunWrite(res, NS, "probe", "run-1", "kh-0"), run_pod="probe-1", run_key_sha256="h")
     hint = {"metadata": {"name": "probe", "namespace": NS}, "spec": {"uuid": hint_run}}
-    out = khstate.rebind_run_pod(res, NS, "probe", "run-1", "probe-1-abcde", hint=hint)
+    out = khstate.rebind_run_pod(khstate.RunWrite(res, NS, "probe", "run-1", "kh-0"), "probe-1-abcde", hint=hint)
     assert out is not None and khstate.RunClaim.of(out).pod == "probe-1-abcde"
 
 
@@ -218,7 +219,7 @@ def test_rebinding_reads_the_khstate_when_the_cached_hint_is_behind_the_claim(
 
 def checker(services: FakeServices, name: str, run_uuid: str, key: str, ip: str) -> Obj:
     """A Running checker pod of CHECK for `run_uuid` under `name`, carrying the run key `key`."""
-    body = build_pod(CHECK, run_uuid, services.clock.wall(), REPORTING_URL, name=name, run_key=key)
+    body = build_pod(CHECK, run_uuid, services.clock.wall(), REPORTING_URL, claimed=Claimed(name, key))
     return services.api.put(PODS, {**body, "status": {"phase": "Running", "podIP": ip}})
 
 

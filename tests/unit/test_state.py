@@ -9,11 +9,11 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from kuberhealthy.records.khstate import FINISHED_UUID, RUN_POD
-from kuberhealthy.web.status.gojson import go_json_string, go_time, is_blank, valid_text
+from kuberhealthy.web.gojson import go_json_string, go_time, is_blank, valid_text
 from kuberhealthy.web.status.page import StatusCache, details_of, render, summarize
 from testbed.cluster.builders import khstate as khstate_body
 
@@ -210,8 +210,7 @@ def test_go_escaping_of_html_characters_and_line_separators() -> None:
     assert go_json_string("\ud800") == '"\\ufffd"'
 
 
-@settings(max_examples=500, deadline=None)
-@given(st.text())
+@given(st.text())  # examples: the profile (tests/unit/conftest.py)
 def test_go_json_strings_decode_back_and_never_contain_html_specials(text: str) -> None:
     encoded = go_json_string(text)
     assert json.loads(encoded) == valid_text(text)

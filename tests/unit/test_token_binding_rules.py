@@ -13,10 +13,10 @@ from kuberhealthy.kube import KHCHECKS, KHJOBS, KHSTATES, PODS, Obj
 from kuberhealthy.records import khstate
 from kuberhealthy.records.checkpod import CHECK_NAME_ANNOTATION, CHECK_POD_SELECTOR, RUN_ID_LABEL
 from kuberhealthy.records.khstate import TOKEN_BOUND_GENERATION, TokenBinding
-from kuberhealthy.web.report.caller import Accepted, CallerRules, NotYet, Refused, Verdict
+from kuberhealthy.web.report.caller import Accepted, CallerRules, NotYet, Refused, Reviewed, Verdict
 from kuberhealthy.web.report.finder import READ_RESERVE
 from kuberhealthy.web.report.stats import SOURCE, TOKEN_REQUIRED, ReportStats
-from kuberhealthy.web.report.tokens import TokenVerifier
+from kuberhealthy.web.report.tokens import TokenNotYetVerified, TokenVerifier
 from testbed.fakes.world import NS, FakeServices, fake_config, khcheck, khjob, khstate_of
 
 CHECK, RUN, POD, POD_IP, NODE_IP = "dns", "run-1", "dns-100", "10.0.0.7", "192.168.1.2"
@@ -67,9 +67,14 @@ def checker_pod(ip: str | None, name: str = POD, run: str = RUN) -> Obj:
 
 def judge(services: FakeServices, run_uuid: str = "", token: str | None = None, remote: str = POD_IP,
           reviews: Reviews | None = None, stats: ReportStats | None = None, end: float | None = None) -> Verdict:
-    rules = CallerRules(services, TokenVerifier(reviews or Reviews()), 0.0,  # type: ignore[arg-type]
-                        stats or ReportStats())
-    return rules.judge(run_uuid, token, remote, services.clock() + 5.0 if end is None else end)
+    reviewed: Reviewed = None
+    if token is not None:  # reviewed first, as the admission does (admission.py)
+        try:
+            reviewed = TokenVerifier(reviews or Reviews()).verify(token, 5.0)  # type: ignore[arg-type]
+        except TokenNotYetVerified as e:
+            reviewed = e
+    rules = CallerRules(services, 0.0, stats or ReportStats())  # type: ignore[arg-type]
+    return rules.judge(run_uuid, remote, services.clock() + 5.0 if end is None else end, reviewed=reviewed)
 
 
 def test_a_bound_checks_reports_by_uuid_or_address_get_401_saying_how_the_binding_ends() -> None:

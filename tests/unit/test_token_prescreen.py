@@ -1,6 +1,7 @@
-"""A forged bearer token costs nothing (kuberhealthy/web/report/tokens.py; issue 21 item 2): the free pre-screen
-refuses what no review could pass, a token already reviewed skips it, reviews are single-flight per token and at
-most a few at once, and past that bound the report gets 503 with `Retry-After: 1` at once, holding no slot."""
+"""A forged bearer token costs nothing (kuberhealthy/web/report/tokens.py; docs/interface.md#under-hostile-clients):
+the free pre-screen refuses what no review could pass, a token already reviewed skips it, reviews are single-flight
+per token and at most a few at once, and past that bound the report gets 503 with `Retry-After: 1` at once, holding no
+slot."""
 from __future__ import annotations
 
 import base64
@@ -18,7 +19,9 @@ from flask.testing import FlaskClient
 from kuberhealthy.kube import KHSTATES, PODS, Obj
 from kuberhealthy.records import khstate
 from kuberhealthy.records.checkpod import RUN_ID_LABEL, build_pod
-from kuberhealthy.web.context import EXTENSION, WebContext
+from kuberhealthy.web.parts import part
+from kuberhealthy.web.report.admission import Admission
+from kuberhealthy.web.report.routes import ReportDesk
 from kuberhealthy.web.report.tokens import (
     AT_ONCE,
     ForeignPod,
@@ -214,8 +217,8 @@ def post(client: FlaskClient, token: str, source: str = "192.0.2.99") -> Any:
                        content_type="application/json", environ_base={"REMOTE_ADDR": source})
 
 
-def install(app: Flask, fake: FakeServices, reviews: Reviews) -> WebContext:
-    ctx: WebContext = app.extensions[EXTENSION]
+def install(app: Flask, fake: FakeServices, reviews: Reviews) -> Admission:
+    ctx = part(ReportDesk, app).admission
     ctx.tokens = TokenVerifier(reviews, screen=Screen(fake.pods, ctx.triage.may_be_new))  # type: ignore[arg-type]
     return ctx
 
@@ -253,14 +256,14 @@ def test_a_report_past_the_bound_gets_503_retry_after_1_and_reports_waiting_for_
     reviews = Reviews(gate)
     ctx = install(app, fake_services, reviews)
     fake_services.pods.set_current(False)  # the caches may be behind: made-up pods go on to the review
-    slots = ctx.report_slots._value
+    slots = ctx.slots._value
     exp = int(time.time()) + 600
     try:
         with ThreadPoolExecutor(AT_ONCE) as pool:
             futures = [pool.submit(post, app.test_client(), jwt(pod=(f"p{i}", f"u{i}"), exp=exp))
                        for i in range(AT_ONCE)]
             wait_for(lambda: len(reviews.calls) == AT_ONCE, WAIT, what="the bound's reviews under way")
-            assert ctx.report_slots._value == slots
+            assert ctx.slots._value == slots
             answer = post(app.test_client(), jwt(pod=("p-next", "u-next"), exp=exp))
             assert answer.status_code == 503 and answer.headers["Retry-After"] == "1", answer.text
             assert "WWW-Authenticate" not in answer.headers

@@ -23,10 +23,12 @@ from werkzeug.datastructures import MIMEAccept
 
 from kuberhealthy.base.times import format_time
 from kuberhealthy.records.runnow import RUN_NOW_ANNOTATION
-from kuberhealthy.web.context import WebContext, context, plain
+from kuberhealthy.web.answers import plain
+from kuberhealthy.web.context import WebContext, context
 from kuberhealthy.web.dashboard import changelog
 from kuberhealthy.web.dashboard import rows as dashview
-from kuberhealthy.web.entries import CHECK, Built
+from kuberhealthy.web.entries import CHECK, Built, ViewCache
+from kuberhealthy.web.parts import part
 
 DASHBOARD = "kuberhealthy.dashboard"  # app.extensions key
 STATIC = Path(__file__).parent / "static"
@@ -39,7 +41,7 @@ CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self';
 
 @dataclass
 class Dashboard:
-    """Per app: the change log of the overview's rows (the entries are WebContext.views, shared with
+    """Per app: the change log of the overview's rows (the entries are the app's ViewCache, shared with
     /api/checks)."""
 
     changes: changelog.ChangeLog = field(default_factory=changelog.ChangeLog)
@@ -109,7 +111,7 @@ def _common(ctx: WebContext, now: float) -> dict[str, object]:
 
 def _observe(ctx: WebContext) -> tuple[list[Built], str]:
     """Every entry and the change-log token that names exactly this state (no rendering yet)."""
-    built = ctx.views.entries()
+    built = part(ViewCache).entries()
     versions = {dashview.row_id(b.view["kind"], b.view["namespace"], b.view["name"]): b.version for b in built}
     return built, _dashboard().changes.observe(versions, ctx.services.current_master())
 
@@ -201,7 +203,7 @@ def _details(ctx: WebContext, built: list[Built], now: float) -> list[dashview.D
 def check_page(namespace: str, name: str) -> Response:
     ctx = context()
     now = _now()
-    built = ctx.views.one(namespace, name)
+    built = part(ViewCache).one(namespace, name)
     html = render_template("dashboard/check.html", **_common(ctx, now), namespace=namespace, name=name,
                            entries=_details(ctx, built, now), token=_check_token(ctx, built))
     return secure(Response(html, status=200 if built else 404, content_type="text/html; charset=utf-8",
@@ -212,7 +214,7 @@ def check_live(namespace: str, name: str) -> Response:
     """The changing parts of a check page, rendered; ETag/If-None-Match → 304 while nothing changed."""
     ctx = context()
     now = _now()
-    built = ctx.views.one(namespace, name)
+    built = part(ViewCache).one(namespace, name)
     if not built:
         return plain(404, f"no khcheck or khjob {namespace}/{name}")
     token = _check_token(ctx, built)

@@ -1,4 +1,4 @@
-"""`GET /dashboard`: the page for people (web/dashpage.py renders it), its live updates and its assets.
+"""`GET /dashboard`: the page for people (web/dashboard/render.py renders it), its live updates and its assets.
 
     /dashboard                        the overview (?q=&ns=&state= filter it; a link keeps the filter)
     /dashboard/live[?since=TOKEN]     what changed since TOKEN, as rendered rows (JSON); 304 when nothing;
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from flask import Blueprint, Response, abort, request, send_from_directory
 
-from kuberhealthy.web.context import plain
+from kuberhealthy.web.answers import plain
 from kuberhealthy.web.dashboard import changelog
 from kuberhealthy.web.dashboard import render as dashpage
 from kuberhealthy.web.dashboard import rows as dashview

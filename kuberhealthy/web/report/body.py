@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from kuberhealthy.web.status.gojson import is_blank, valid_text
+from kuberhealthy.web.gojson import is_blank, valid_text
 
 MAX_BODY = 1 << 20  # bytes; a larger report is refused with 413
 

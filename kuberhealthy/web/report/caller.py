@@ -1,10 +1,11 @@
 """Who may report: the rules that turn a report's credentials into a verdict.
 
-The route hands the request over once (`CallerRules.judge`) and gets back Accepted (the caller),
-Refused (a 4xx: status, counter reason, one-line text, the check for its ReportRejected Event) or
-NotYet (503 with Retry-After). No HTTP here, no storing, no Events: the route does those.
+The admission (admission.py) asks once (`CallerRules.judge`), with the token already reviewed and a
+report slot held, and gets back Accepted (the caller), Refused (a 4xx: status, counter reason,
+one-line text, the check the report was for) or NotYet (503 with Retry-After). No HTTP here, no
+storing, no Events, no token reviews; this is finder.py's only user.
 
-A projected ServiceAccount token (`Authorization: Bearer`, verified by tokens.py) names its pod, from
+A projected ServiceAccount token (`Authorization: Bearer`, reviewed by tokens.py) names its pod, from
 any address; reportAuth `token` requires one. Otherwise the `kh-run-uuid` header or the source
 address names the run, and finder.py finds the run's own pod (docs/interface.md#report-authenticity).
 A header-path report must come from the pod's or its node's address (reportSourceCheck); another
@@ -32,6 +33,7 @@ from kuberhealthy.kube import Cache, Obj
 from kuberhealthy.needs import WebNeeds
 from kuberhealthy.records.checkpod import pod_ip_index
 from kuberhealthy.records.khstate import WORKLOAD_JOB, TokenBinding, bound_reason, token_bound_generation
+from kuberhealthy.web.addresses import normalize_ip
 from kuberhealthy.web.report import stats
 from kuberhealthy.web.report.finder import (
     READ_RESERVE,
@@ -40,18 +42,10 @@ from kuberhealthy.web.report.finder import (
     CallerNotYetKnown,
     NotTheRunsPod,
     RunIsOver,
-    UnknownCaller,
-    normalize_ip,
 )
+from kuberhealthy.web.report.naming import UnknownCaller
 from kuberhealthy.web.report.stats import ReportStats
-from kuberhealthy.web.report.tokens import (
-    ForeignPod,
-    InvalidToken,
-    PodIdentity,
-    TokenNotYetVerified,
-    TokenVerifier,
-    not_a_checker_pod,
-)
+from kuberhealthy.web.report.tokens import PodIdentity, TokenNotYetVerified, not_a_checker_pod
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +56,7 @@ class Accepted:
     workload's generation is unknown, e.g. no khcheck in the cache)."""
     caller: Caller
     binding: TokenBinding | None = None
+    informs: bool = False  # a refusal when it is stored deserves a ReportRejected Event (admission.py)
 
 
 @dataclass(frozen=True)
@@ -77,12 +72,15 @@ class Refused:
 
 @dataclass(frozen=True)
 class NotYet:
-    """The caller can be neither confirmed nor refused right now (control plane away or lagging): 503."""
+    """The caller can be neither confirmed nor refused right now (control plane away or lagging): 503
+    with `retry_after` (seconds); the answer's log line at `level` (None: no line)."""
     text: str
+    retry_after: str = "2"
+    level: int | None = logging.WARNING
 
 
 Verdict: TypeAlias = Accepted | Refused | NotYet
-Reviewed: TypeAlias = PodIdentity | TokenNotYetVerified | None  # the route's review of a token (routes.py)
+Reviewed: TypeAlias = PodIdentity | TokenNotYetVerified | None  # a token's review (admission.py); None: no token
 
 
 SOURCE_OK, SOURCE_OTHER_POD, SOURCE_FOREIGN = "ok", "other-pod", "foreign"
@@ -111,49 +109,43 @@ def generation(obj: Obj | None) -> int | None:
 
 
 class CallerRules:
-    """The caller rules for one report, over the web app's caches: build one per request, call judge()."""
+    """The caller rules over the web app's caches, one per app (admission.py asks them, a report slot held)."""
 
-    def __init__(self, services: WebNeeds, tokens: TokenVerifier, wait: float, report_stats: ReportStats) -> None:
+    def __init__(self, services: WebNeeds, wait: float, report_stats: ReportStats) -> None:
         self._services = services
-        self._tokens = tokens
         self._report_stats = report_stats
         self._finder = CallerFinder(services.pods, services.notifier, wait, services.read_checker_pods,
                                     khstates=services.khstates, read_state=services.read_khstate)
 
-    def judge(self, run_uuid: str, token: str | None, remote: str, end: float,
-              found: list[Obj] | None = None, reviewed: Reviewed = None) -> Verdict:
-        """Who sent the report: by the token (any address) or the uuid header / source address (the
-        run's pod only). `run_uuid` is the header's value ("" without it), `token` the bearer token
-        (None without one), `remote` the peer address, `end` the request's monotonic deadline, `found`
-        the pods a rescue read returned for it (triage.py), `reviewed` what the route's review of the
-        token said (None: the token is verified here)."""
+    def judge(self, run_uuid: str, remote: str, end: float, *, reviewed: Reviewed = None,
+              found: list[Obj] | None = None) -> Verdict:
+        """Who sent the report: by its token (any address) or the uuid header / source address (the
+        run's pod only). `run_uuid` is the header's value ("" without it), `remote` the peer address,
+        `end` the request's monotonic deadline, `reviewed` what the review of its bearer token said
+        (None: it carried none), `found` the pods a rescue read returned for it (triage.py)."""
         try:
-            return self._judge(run_uuid, token, remote, end, found, reviewed)
+            return self._judge(run_uuid, remote, end, reviewed, found)
         except CallerNotYetKnown as e:
             return NotYet(str(e))
 
-    def _judge(self, run_uuid: str, token: str | None, remote: str, end: float,
-               found: list[Obj] | None = None, reviewed: Reviewed = None) -> Verdict:
+    def _judge(self, run_uuid: str, remote: str, end: float, reviewed: Reviewed,
+               found: list[Obj] | None) -> Verdict:
         config = self._services.config
-        unverified: CallerNotYetKnown | None = None
-        if token is not None:
-            try:
-                return self._by_token(token, run_uuid, end, reviewed)
-            except CallerNotYetKnown as e:
-                # The API server cannot review the token now (away, or RBAC without tokenreviews).
-                # With token-or-uuid the uuid rules would take this report without the token: let them
-                # decide, so our checkclient (always sending it) fares no worse than a v2 client.
-                if config.report_auth == "token":
-                    raise
-                unverified = e
-        elif config.report_auth == "token":
+        if isinstance(reviewed, PodIdentity):
+            return self._by_token(reviewed, run_uuid, end)
+        if reviewed is None and config.report_auth == "token":
             return Refused(401, stats.TOKEN_REQUIRED, "a ServiceAccount token is required: send the file named by "
                            "KH_REPORT_TOKEN_FILE as Authorization: Bearer <token> (reportAuth: token)")
+        if reviewed is not None and config.report_auth == "token":
+            raise CallerNotYetKnown(str(reviewed)) from reviewed
+        # The API server cannot review the token now (away, or RBAC without tokenreviews). With
+        # token-or-uuid the uuid rules would take this report without the token: let them decide, so our
+        # checkclient (always sending it) fares no worse than a v2 client.
         verdict = self._by_uuid(run_uuid, remote, end, found)
-        if unverified is not None:
+        if reviewed is not None:
             if isinstance(verdict, Refused):  # the token may still prove it once it can be reviewed: not final
-                raise unverified
-            logger.warning("token not reviewed (%s); the report's uuid rules identified pod %s/%s", unverified,
+                raise CallerNotYetKnown(str(reviewed)) from reviewed
+            logger.warning("token not reviewed (%s); the report's uuid rules identified pod %s/%s", reviewed,
                            verdict.caller.namespace, verdict.caller.pod_name)
         return verdict
 
@@ -188,18 +180,8 @@ class CallerRules:
         cache = services.khjobs if workload == WORKLOAD_JOB else services.khchecks
         return workload, generation(cache.get(caller.namespace, caller.check))
 
-    def _by_token(self, token: str, run_uuid: str, end: float, reviewed: Reviewed = None) -> Accepted | Refused:
-        """The token path: the token's pod (cache, else one read), which must be its run's pod."""
-        if isinstance(reviewed, TokenNotYetVerified):
-            raise CallerNotYetKnown(str(reviewed)) from reviewed
-        try:
-            who = reviewed or self._tokens.verify(token, end - time.monotonic())
-        except InvalidToken as e:
-            return Refused(401, stats.TOKEN_INVALID, str(e))
-        except ForeignPod as e:
-            return Refused(400, stats.TOKEN_OTHER_POD, str(e))
-        except TokenNotYetVerified as e:
-            raise CallerNotYetKnown(str(e)) from e
+    def _by_token(self, who: PodIdentity, run_uuid: str, end: float) -> Accepted | Refused:
+        """The token path: the reviewed token's pod (cache, else one read), which must be its run's pod."""
         services = self._services
         pod = services.pods.get(who.namespace, who.name)
         if pod is None or (pod.get("metadata") or {}).get("uid") != who.uid:

@@ -13,13 +13,12 @@ Looking up never lists the cluster per report: the pod cache answers; only a cac
 bounded read by label (or by pod IP), and only for a run the caches know (triage.py sorts out the
 others before, and hands in what its rescue read found as `found`). When neither can say yet,
 CallerNotYetKnown (503), never a refusal. The rules that turn this into a verdict (tokens, the source
-check) are caller.py's; this module knows nothing of HTTP.
+check) are caller.py's, this module's only user; how a report names its run (naming.py) is shared
+with triage.py. This module knows nothing of HTTP.
 """
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,26 +30,13 @@ from kuberhealthy.checkclient import ENV_RUN_UUID as KH_RUN_UUID
 from kuberhealthy.kube import Cache, Obj
 from kuberhealthy.records.checkpod import CHECK_NAME_ANNOTATION, RUN_ID_LABEL, pod_ip_index, pod_run_key, run_key_sha256
 from kuberhealthy.records.khstate import RunClaim
-
-_LABEL_VALUE = re.compile(r"^(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)$")
-
+from kuberhealthy.web.report.naming import FINISHED, FallbackRead, UnknownCaller, named_by, not_found
 
 READ_RESERVE = 0.8  # seconds of a request's budget kept for the fallback read after the cache wait
 
 
-# (run uuid or None, pod IP or None, timeout seconds) -> pods the API server has for that caller
-FallbackRead = Callable[[str | None, str | None, float], list[Obj]]
-
-
 # (namespace, name, timeout seconds) -> the khstate as the API server has it (None: there is none)
 StateRead = Callable[[str, str, float], Obj | None]
-
-
-FINISHED = ("Succeeded", "Failed")
-
-
-class UnknownCaller(ValueError):
-    """No pod may report for this request; str(e) is the one-line reason for the 400."""
 
 
 class NotTheRunsPod(UnknownCaller):
@@ -89,50 +75,12 @@ class Caller:
     state: Obj | None = None  # the khstate the run was bound against (a hint for the write)
 
 
-def normalize_ip(remote_addr: str) -> str | None:
-    """The peer address as pod status writes it: no brackets or zone; IPv4-mapped IPv6 as IPv4."""
-    text = remote_addr.strip()
-    if text.startswith("[") and "]" in text:
-        text = text[1:text.index("]")]
-    text = text.split("%", 1)[0]
-    try:
-        ip = ipaddress.ip_address(text)
-    except ValueError:
-        return None
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        return str(ip.ipv4_mapped)
-    return ip.compressed
-
-
-def named_by(run_uuid: str | None, remote_addr: str) -> tuple[str | None, str]:
-    """(pod IP or None, selector text) of what a report names: its uuid header, else its source address.
-    UnknownCaller when no pod can be so named (a uuid no label can hold, an address that is none)."""
-    if run_uuid:
-        selector = f"{RUN_ID_LABEL}={_short(run_uuid)}"
-        if not _LABEL_VALUE.match(run_uuid):  # no pod can carry this label: refuse at once
-            raise UnknownCaller(not_found(selector))
-        return None, selector
-    ip = normalize_ip(remote_addr)
-    if ip is None:
-        raise UnknownCaller(f"failed to parse the caller's address {_short(remote_addr)!r}")
-    return ip, f"status.podIP=={ip},status.phase==Running"
-
-
-def not_found(selector: str) -> str:
-    """v2's reason when no pod answers to the selector (contract-tested text)."""
-    return f"failed to find a pod with selector {selector}"
-
-
 def _running(pod: Obj) -> bool:
     return (pod.get("status") or {}).get("phase") == "Running"
 
 
 def _created(pod: Obj) -> str:
     return str((pod.get("metadata") or {}).get("creationTimestamp") or "")
-
-
-def _short(value: str, limit: int = 100) -> str:
-    return value if len(value) <= limit else value[:limit] + "..."
 
 
 class CallerFinder:

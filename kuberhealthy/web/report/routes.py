@@ -1,25 +1,17 @@
 """`POST /externalCheckStatus`: a checker pod reports its run's result.
 
-Order of work: the per-source rate limit (429), read the body (bounded: 413 past MAX_BODY), decode
-and check it (body.py), hand the request to the caller rules once (caller.py: the token, the uuid
-header or the source address, bound to the run's pod, the header path's source check) and turn
-their verdict into the answer, then store through khstate.record_report, which refuses
-(StaleReport) unless the pod's run UUID is still the current one. Every refusal is a 4xx with one
-line of plain text and writes nothing; 500 means only that storing failed for a lasting reason.
+Order of work, one way: the per-source rate limit (429), read the body (bounded: 413 past MAX_BODY),
+decode and check it (body.py), ask the admission once whose run this is and whether it may be stored
+(admission.py: Accepted, Refused or NotYet; the token review, the triage, the report slot and the
+caller rules are behind it), then store through khstate.record_report, which refuses (StaleReport)
+unless the pod's run UUID is still the current one, and answer. Every refusal is a 4xx with one line
+of plain text and writes nothing; 500 means only that storing failed for a lasting reason.
 
-A fake report costs almost nothing (triage.py): before it takes a report slot, a report is sorted by
-what the caches know. One naming no run they know gets 400 at once and no API request while the
-caches are current, or waits in a small pool (no slot held) while they may be behind, then 503 with
-`Retry-After: 1`; only reports of runs the caches know take one of the REPORT_SLOTS. A bearer token
-is pre-screened and reviewed before the slot too (tokens.py: a forged token is refused free, reviews
-are bounded, past the bound 503 with `Retry-After: 1`); one that cannot be reviewed right now is
-sorted like a report without one.
-
-ReportRejected Events (on the check) only where they inform: for a refusal of a report that came from
-the address of one of the check's own checker pods, or with a valid token. The message is ours (the
-reason in words), never caller-chosen (no source address, no uuid): the recorder damps it to one per
-check and reason per minute (outputs/events.py). Every other refusal only counts in
-kuberhealthy_report_requests_total and kuberhealthy_report_rejected_total.
+A refusal the admission says informs (one that names the check to inform) raises a ReportRejected
+Event on the check. The message is ours (the reason in words), never caller-chosen (no source
+address, no uuid): the recorder damps it to one per check and reason per minute (outputs/events.py).
+Every other refusal only counts in kuberhealthy_report_requests_total and
+kuberhealthy_report_rejected_total.
 
 The control plane being away is not the checker's fault, so it never costs a report:
   * the caller cannot be confirmed yet (API unreachable, pod cache not current) → 503 + Retry-After;
@@ -27,7 +19,8 @@ The control plane being away is not the checker's fault, so it never costs a rep
     (heldreports.py) and written as soon as the API answers, within the run's deadline; the checker
     gets 200, so it does not spend its deadline retrying;
   * no request holds a server thread longer than REQUEST_BUDGET seconds; when too many reports are
-    in flight at once (an outage), the rest get 503 at once so threads stay free for `/` and probes.
+    in flight at once (an outage: admission.py's report slots), the rest get 503 at once so threads
+    stay free for `/` and probes.
 One INFO line per report (request id, caller, outcome); bodies are logged only at DEBUG.
 """
 from __future__ import annotations
@@ -36,33 +29,27 @@ import datetime as dt
 import logging
 import time
 import uuid
-from typing import Protocol
+from dataclasses import dataclass
 
 from flask import Blueprint, Response, request
 
 from kuberhealthy.base.errors import ApiError, KuberhealthyError, is_transient
 from kuberhealthy.base.times import utcnow
 from kuberhealthy.checkclient import RUN_UUID_HEADER
-from kuberhealthy.kube import Obj
+from kuberhealthy.kube import Bounds
+from kuberhealthy.needs import WebNeeds
 from kuberhealthy.outputs.events import KIND_CHECK, KIND_JOB, ObjectRef
 from kuberhealthy.outputs.heldreports import Held
-from kuberhealthy.records.checkpod import CHECK_NAME_ANNOTATION
-from kuberhealthy.records.khstate import StaleReport, TokenBound, record_report
-from kuberhealthy.web.context import WebContext, context, plain
-from kuberhealthy.web.ratelimit import RateLimiter
+from kuberhealthy.records.khstate import RunWrite, StaleReport, TokenBound, record_report
+from kuberhealthy.web.addresses import normalize_ip
+from kuberhealthy.web.answers import plain
+from kuberhealthy.web.parts import part
+from kuberhealthy.web.ratelimit import ConfiguredLimiter, RateLimiter
 from kuberhealthy.web.report import stats
+from kuberhealthy.web.report.admission import Accepted, Admission, Credentials, NotYet, Refused
 from kuberhealthy.web.report.body import MAX_BODY, BadReport, Report, parse_report
-from kuberhealthy.web.report.caller import CallerRules, NotYet, Refused, Reviewed
-from kuberhealthy.web.report.finder import normalize_ip
-from kuberhealthy.web.report.tokens import (
-    ForeignPod,
-    InvalidToken,
-    PodIdentity,
-    ReviewsBusy,
-    TokenNotYetVerified,
-    bearer,
-)
-from kuberhealthy.web.report.triage import Behind, Unknown
+from kuberhealthy.web.report.stats import ReportStats
+from kuberhealthy.web.report.tokens import bearer
 
 logger = logging.getLogger(__name__)
 
@@ -71,7 +58,6 @@ bp = Blueprint("report", __name__)
 TOO_LARGE = f"request body is larger than {MAX_BODY} bytes"
 REQUEST_BUDGET = 2.0  # seconds a report may hold a server thread (cache wait, fallback read, write)
 RETRY_AFTER = "2"  # seconds, for 503 answers
-RETRY_SOON = "1"  # seconds, for 503 answers while the caches may be behind (triage.py)
 # A refusal's reason in the words of a ReportRejected Event (stats.REASONS; the others raise none)
 EVENT_WORDS = {
     stats.NOT_RUN_POD: "it came from a checker pod that is not the pod the run created",
@@ -85,11 +71,14 @@ HOLD_DEFAULT = 600.0  # seconds a held report lives when its pod carries no read
 BEARER_CHALLENGE = {"WWW-Authenticate": 'Bearer realm="kuberhealthy"'}  # on every 401
 
 
-class Refuse(Protocol):
-    """_report's refuse(): count, log, maybe raise an Event, and answer a refusal."""
+@dataclass(frozen=True)
+class ReportDesk:
+    """What the report route works with; one per app, built by create_app (web/__init__.py)."""
 
-    def __call__(self, code: int, reason: str, text: str, extra: dict[str, str] | None = None,
-                 check: tuple[str, str] | None = None) -> Response: ...
+    services: WebNeeds
+    stats: ReportStats
+    limiter: ConfiguredLimiter  # per source address, shared with the run-now route
+    admission: Admission
 
 
 def read_body(limit: int = MAX_BODY) -> bytes | None:
@@ -111,153 +100,114 @@ def read_body(limit: int = MAX_BODY) -> bytes | None:
 
 @bp.route("/externalCheckStatus", methods=["POST"])
 def external_check_status() -> Response:
-    ctx = context()
-    source = normalize_ip(request.remote_addr or "") or (request.remote_addr or "")
-    wait = ctx.limiter().take(source)
+    desk = part(ReportDesk)
+    remote = request.remote_addr or ""
+    source = normalize_ip(remote) or remote
+    wait = desk.limiter.take(source)
     if wait > 0:
-        ctx.report_stats.reject(stats.RATE_LIMITED)
-        return _answer(plain(429, f"too many reports from {source}; try again shortly",
-                             {"Retry-After": RateLimiter.retry_after(wait)}))
-    return _answer(_report(time.monotonic() + REQUEST_BUDGET, source))
-
-
-def _answer(response: Response) -> Response:
-    context().report_stats.answered(response.status_code)
+        desk.stats.reject(stats.RATE_LIMITED)
+        response = plain(429, f"too many reports from {source}; try again shortly",
+                         {"Retry-After": RateLimiter.retry_after(wait)})
+    else:
+        credentials = Credentials(run_uuid=request.headers.get(RUN_UUID_HEADER, "").strip(),
+                                  token=bearer(request.headers.get("Authorization", "")), remote=remote, source=source)
+        response = _report(desk, credentials, time.monotonic() + REQUEST_BUDGET)
+    desk.stats.answered(response.status_code)
     return response
 
 
-def _informs(check: tuple[str, str], source: str, token: bool) -> bool:
-    """Whether a refusal for `check` deserves an Event: it carried a token (verified: only a valid
-    token's refusal names a check) or came from the address of one of the check's checker pods."""
-    if token:
-        return True
-    namespace, name = check
-    return any((p.get("metadata") or {}).get("namespace") == namespace
-               and ((p.get("metadata") or {}).get("annotations") or {}).get(CHECK_NAME_ANNOTATION) == name
-               for p in context().services.pods.by_index("ip", source))
+class _Reply:
+    """The answers to one report (request id `rid`): every one logged, a refusal counted and, when it
+    names a check to inform, raised as a ReportRejected Event."""
+
+    def __init__(self, desk: ReportDesk, rid: str, who: str) -> None:
+        self._desk = desk
+        self.rid = rid
+        self.who = who
+        self.headers = {"X-Request-Id": rid}
+
+    def refused(self, refusal: Refused) -> Response:
+        self._desk.stats.reject(refusal.reason)
+        logger.info("report %s from %s: refused (%d, %s): %s", self.rid, self.who, refusal.code, refusal.reason,
+                    refusal.text)
+        if refusal.check is not None:
+            self._rejected_event(refusal.check, refusal.reason)
+        extra = BEARER_CHALLENGE if refusal.code == 401 else {}
+        return plain(refusal.code, refusal.text, {**self.headers, **extra})
+
+    def not_yet(self, wait: NotYet) -> Response:
+        if wait.level is not None:
+            logger.log(wait.level, "report %s from %s: not yet (503): %s", self.rid, self.who, wait.text)
+        return plain(503, wait.text, {**self.headers, "Retry-After": wait.retry_after})
+
+    def _rejected_event(self, check: tuple[str, str], reason: str) -> None:
+        """A ReportRejected Event on the check: spoofing attempts become visible in `kubectl describe`.
+        The message is ours (the reason in words), never the caller's: Events are counted by message."""
+        words = EVENT_WORDS.get(reason)
+        if words is None:
+            return
+        services = self._desk.services
+        namespace, name = check
+        obj = services.khchecks.get(namespace, name)
+        kind = KIND_CHECK
+        if obj is None:
+            obj, kind = services.khjobs.get(namespace, name), KIND_JOB
+        if obj is None:
+            return
+        uid = str((obj.get("metadata") or {}).get("uid") or "")
+        services.events.report_rejected(ObjectRef(kind, namespace, name, uid), words)
 
 
-def _rejected_event(check: tuple[str, str], reason: str) -> None:
-    """A ReportRejected Event on the check: spoofing attempts become visible in `kubectl describe`.
-    The message is ours (the reason in words), never the caller's: Events are counted by message."""
-    words = EVENT_WORDS.get(reason)
-    if words is None:
-        return
-    services = context().services
-    namespace, name = check
-    obj = services.khchecks.get(namespace, name)
-    kind = KIND_CHECK
-    if obj is None:
-        obj, kind = services.khjobs.get(namespace, name), KIND_JOB
-    if obj is None:
-        return
-    uid = str((obj.get("metadata") or {}).get("uid") or "")
-    services.events.report_rejected(ObjectRef(kind, namespace, name, uid), words)
-
-
-def _report(end: float, source: str) -> Response:
-    """The answer to one report from `source` (the peer address, normalized), within the monotonic `end`."""
-    rid = "web-" + uuid.uuid4().hex[:12]
-    headers = {"X-Request-Id": rid}
-    ctx = context()
-    run_uuid = request.headers.get(RUN_UUID_HEADER, "").strip()
-    token = bearer(request.headers.get("Authorization", ""))
-    remote = request.remote_addr or ""
-    who = f"uuid header {run_uuid[:80]!r}" if run_uuid else f"address {remote}"
-    if token is not None:
-        who = f"a token from {remote}"
-
-    def refuse(code: int, reason: str, text: str, extra: dict[str, str] | None = None,
-               check: tuple[str, str] | None = None) -> Response:
-        ctx.report_stats.reject(reason)
-        logger.info("report %s from %s: refused (%d, %s): %s", rid, who, code, reason, text)
-        if check is not None and _informs(check, source, token is not None):
-            _rejected_event(check, reason)
-        return plain(code, text, {**headers, **(extra or {})})
-
+def _report(desk: ReportDesk, credentials: Credentials, end: float) -> Response:
+    """The answer to one report, within the monotonic `end`."""
+    reply = _Reply(desk, "web-" + uuid.uuid4().hex[:12], credentials.who)
     body = read_body()
     if body is None:
-        return refuse(413, stats.TOO_LARGE, TOO_LARGE)
-    logger.debug("report %s from %s: body %r", rid, who, body[:2048])
+        return reply.refused(Refused(413, stats.TOO_LARGE, TOO_LARGE))
+    logger.debug("report %s from %s: body %r", reply.rid, reply.who, body[:2048])
     try:
         report = parse_report(body)
     except BadReport as e:
-        return refuse(400, stats.BAD_BODY, str(e))
+        return reply.refused(Refused(400, stats.BAD_BODY, str(e)))
     received = utcnow()
-
-    found: list[Obj] | None = None
-    reviewed: Reviewed = None
-    if token is not None:  # reviewed before it takes a slot (tokens.py: pre-screen, bounded reviews)
-        try:
-            reviewed = ctx.tokens.verify(token, end - time.monotonic())
-        except InvalidToken as e:
-            return refuse(401, stats.TOKEN_INVALID, str(e), BEARER_CHALLENGE)
-        except ForeignPod as e:
-            return refuse(400, stats.TOKEN_OTHER_POD, str(e))
-        except ReviewsBusy as e:
-            logger.info("report %s from %s: not yet (503): %s", rid, who, e)
-            return plain(503, str(e), {**headers, "Retry-After": RETRY_SOON})
-        except TokenNotYetVerified as e:  # the caller rules decide (with token-or-uuid: the uuid rules may)
-            reviewed = e
-    if not isinstance(reviewed, PodIdentity):  # a token names its pod: else sorted by what the caches know
-        sort = ctx.triage.sort(run_uuid or None, remote, end)
-        if isinstance(sort, Unknown) and reviewed is None:
-            return refuse(400, stats.UNKNOWN_CALLER, sort.text)
-        if isinstance(sort, Unknown):  # the token may still prove it once it can be reviewed: not final
-            logger.info("report %s from %s: not yet (503): %s", rid, who, reviewed)
-            return plain(503, str(reviewed), {**headers, "Retry-After": RETRY_AFTER})
-        if isinstance(sort, Behind):
-            logger.info("report %s from %s: not yet (503): %s", rid, who, sort.text)
-            return plain(503, sort.text, {**headers, "Retry-After": RETRY_SOON})
-        found = sort.pods
-    if not ctx.report_slots.acquire(blocking=False):
-        return plain(503, "too many reports in flight; try again shortly", {**headers, "Retry-After": RETRY_AFTER})
-    try:
-        return _judged(ctx, report, received, end, found, reviewed, rid=rid, who=who, refuse=refuse,
-                       credentials=(run_uuid, token, remote))
-    finally:
-        ctx.report_slots.release()
+    with desk.admission.admit(credentials, end) as answer:  # an Accepted answer holds a report slot
+        if isinstance(answer, Refused):
+            return reply.refused(answer)
+        if isinstance(answer, NotYet):
+            return reply.not_yet(answer)
+        return _store(desk, reply, report, received, answer, end)
 
 
-def _judged(ctx: WebContext, report: Report, received: dt.datetime, end: float, found: list[Obj] | None,
-            reviewed: Reviewed, *, rid: str, who: str, refuse: Refuse,
-            credentials: tuple[str, str | None, str]) -> Response:
-    """The rest of a report of a run the caches know (or of a reviewed token), holding a report slot: the
-    caller rules, then storing. `credentials`: the uuid header ("" without), the bearer token (None
-    without) and the peer address; `reviewed` what the token's review said."""
-    services = ctx.services
-    headers = {"X-Request-Id": rid}
-    run_uuid, token, remote = credentials
-    verdict = CallerRules(services, ctx.tokens, ctx.caller_wait, ctx.report_stats).judge(
-        run_uuid, token, remote, end, found, reviewed)
-    if isinstance(verdict, NotYet):
-        logger.warning("report %s from %s: not yet (503): %s", rid, who, verdict.text)
-        return plain(503, verdict.text, {**headers, "Retry-After": RETRY_AFTER})
-    if isinstance(verdict, Refused):
-        return refuse(verdict.code, verdict.reason, verdict.text, BEARER_CHALLENGE if verdict.code == 401 else None,
-                      verdict.check)
-    caller = verdict.caller
-
+def _store(desk: ReportDesk, reply: _Reply, report: Report, received: dt.datetime, accepted: Accepted,
+           end: float) -> Response:
+    """Store the report of the run `accepted` names, or hold it while the API server is away."""
+    services = desk.services
+    caller = accepted.caller
+    headers = reply.headers
+    rid = reply.rid
+    check = (caller.namespace, caller.check)
+    inform = check if accepted.informs else None
     target = f"{caller.namespace}/{caller.check}"
     who = f"pod {caller.namespace}/{caller.pod_name} ({caller.selector})"
     try:
-        record_report(services.resources, caller.namespace, caller.check, caller.run_uuid, report.ok,
-                      list(report.errors), services.config.pod_name, now=received,
+        write = RunWrite(services.resources, caller.namespace, caller.check, caller.run_uuid,
+                         services.config.pod_name, bounds=Bounds(max(0.3, end - time.monotonic()), end))
+        record_report(write, report.ok, list(report.errors), now=received,
                       hint=caller.state or services.khstates.get(caller.namespace, caller.check),
-                      timeout=max(0.3, end - time.monotonic()), deadline=end, binding=verdict.binding)
+                      binding=accepted.binding)
     except TokenBound as e:  # bound since the caches last looked (caller.py decides on them first)
-        return refuse(401, stats.TOKEN_REQUIRED, str(e), BEARER_CHALLENGE, (caller.namespace, caller.check))
+        return reply.refused(Refused(401, stats.TOKEN_REQUIRED, str(e), inform))
     except StaleReport:
         reason = (f"pod was not properly whitelisted for reporting status of check {caller.check} with uuid "
                   f"{caller.run_uuid} and namespace {caller.namespace}")
-        return refuse(400, stats.STALE, reason, check=(caller.namespace, caller.check))
+        return reply.refused(Refused(400, stats.STALE, reason, inform))
     except ApiError as e:
         if not is_transient(e):
             logger.error("report %s for %s from %s: failed to store (500): %s", rid, target, who, e)
             return plain(500, f"failed to store check state for {caller.check}: {e}", headers)
         expires = (caller.deadline or time.time() + HOLD_DEFAULT) + 30.0
         held = Held(caller.namespace, caller.check, caller.run_uuid, report.ok, report.errors, received, expires,
-                    verdict.binding)
+                    accepted.binding)
         if not services.held.add(held):
             logger.error("report %s for %s from %s: cannot hold it (503): %s", rid, target, who, e)
             return plain(503, f"cannot store check state for {caller.check} right now: {e}",

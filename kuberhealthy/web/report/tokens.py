@@ -7,7 +7,8 @@ our audience): a token of another audience, an expired one, or one whose pod is 
 one review per run: a verified token is remembered (by its SHA-256, never the token itself) until
 it would expire or for CACHE_SECONDS, whichever is first; a failed one briefly too (FAILED_SECONDS).
 
-A bearer token costs nothing before it is worth a review, because anyone can send one (issue 21):
+A bearer token costs nothing before it is worth a review, because anyone can send one
+(docs/interface.md#under-hostile-clients):
   * the pre-screen (Screen, free): a projected token is a JWT whose payload names its audience, its
     expiry and its pod. The payload is read WITHOUT checking the signature — it only decides whether
     a review is worth asking for, never who the caller is. Not a JWT, a payload that is not JSON, not
@@ -18,7 +19,7 @@ A bearer token costs nothing before it is worth a review, because anyone can sen
     decides, as a genuine pod the cache has not seen yet must not lose its report;
   * the reviews: at most AT_ONCE in flight for the process, one per token digest (concurrent reports
     with one token share its review); past the bound → ReviewsBusy (503 + Retry-After, never 401: a
-    genuine token may be among them). The route asks before it takes a report slot (routes.py), so a
+    genuine token may be among them). The admission asks before it takes a report slot (admission.py), so a
     report waiting for a review holds none.
 A remembered token skips the pre-screen. Pre-screen refusals are not remembered: they cost nothing
 to repeat, and a flood of them must not push verified tokens out of the table.

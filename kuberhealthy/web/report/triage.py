@@ -2,7 +2,7 @@
 
 A report that names a run the caches know (a pod in the pod cache carrying its `kh-run-uuid` or its
 source address, or a khstate whose open claim names the uuid) takes a report slot and goes through
-the caller rules as before (caller.py, finder.py). Anything else is a stranger's until proven
+the caller rules (admission.py, caller.py). Anything else is a stranger's until proven
 otherwise, and proving it must be cheap, because anyone who can open a connection can send one:
 
   * while the caches cannot be behind, it is refused at once (400, v2's text), with no API request;
@@ -31,7 +31,7 @@ otherwise, and proving it must be cheap, because anyone who can open a connectio
     make every stranger wait.
 Why from the caches and not from the runner's memory: only the leader runs checks but every replica
 answers reports, and the claim and the pod reach every replica's caches by their watches. The other
-sign the issue names, a young pod whose run the khstate cache does not name yet (a standby's khstate
+sign one might use, a young pod whose run the khstate cache does not name yet (a standby's khstate
 cache can trail the leader's claim), is deliberately not used: such a pod is in the pod cache with its
 uuid and, once it has one, its IP, so its own reports are already "known" by both ways of naming a run,
 and the claim lag is the caller rules' to wait out (finder.py waits for the claim, then reads the
@@ -44,7 +44,8 @@ of s seconds moves the 30 s window by s, which is harmless either way (longer: m
 strangers; shorter: a genuine report not yet seen gets 400 only if its pod is still without an IP
 after 30 s minus the skew).
 
-What this module does not do: decide who may report (caller.py) or answer HTTP (routes.py).
+What this module does not do: decide who may report (caller.py), take a report slot (admission.py, its
+only user) or answer HTTP (routes.py).
 """
 from __future__ import annotations
 
@@ -62,7 +63,7 @@ from kuberhealthy.kube import Cache, Obj, key_of
 from kuberhealthy.records.checkpod import pod_check_index, pod_ip_index, pod_uuid_index
 from kuberhealthy.records.khstate import RunClaim
 from kuberhealthy.run.podstate import start_failure
-from kuberhealthy.web.report.finder import FINISHED, FallbackRead, UnknownCaller, named_by, not_found
+from kuberhealthy.web.report.naming import FINISHED, FallbackRead, UnknownCaller, named_by, not_found
 
 RECENT = 30.0  # seconds a checker pod without an IP counts as "the caches may be behind"
 ABSENT_GRACE = 10.0  # seconds after a claim its pod may still be missing from a current pod cache
@@ -145,23 +146,34 @@ class RescueReads:
         return flight.pods
 
 
+@dataclass(frozen=True)
+class TriageLimits:
+    """How long a young pod or a fresh claim counts as "the caches may be behind", and the bounds of the
+    pool and of the rescue reads (module docstring)."""
+    recent: float = RECENT
+    pool: int = POOL
+    pool_wait: float = POOL_WAIT
+    rescue_every: float = RESCUE_EVERY
+    rescue_after: float = RESCUE_AFTER
+
+
 class Triage:
     """Sorts reports by what the caches know (module docstring); one per web app."""
 
-    def __init__(self, pods: Cache, khstates: Cache, notifier: Notifier, rescue: FallbackRead | None, *,
-                 recent: float = RECENT, pool: int = POOL, pool_wait: float = POOL_WAIT,
-                 rescue_every: float = RESCUE_EVERY, rescue_after: float = RESCUE_AFTER,
+    def __init__(self, pods: Cache, khstates: Cache, notifier: Notifier, rescue: FallbackRead | None,
+                 limits: TriageLimits | None = None, *,
                  wall: Callable[[], float] = time.time, clock: Callable[[], float] = time.monotonic) -> None:
+        limits = limits or TriageLimits()
         self._pods = pods
         self._khstates = khstates
         self._notifier = notifier
-        self._recent = recent
-        self._pool = threading.BoundedSemaphore(pool)
-        self._pool_wait = pool_wait
-        self._rescue_after = rescue_after
+        self._recent = limits.recent
+        self._pool = threading.BoundedSemaphore(limits.pool)
+        self._pool_wait = limits.pool_wait
+        self._rescue_after = limits.rescue_after
         self._wall = wall
         self._clock = clock
-        self.rescue = RescueReads(rescue, rescue_every, clock) if rescue is not None else None
+        self.rescue = RescueReads(rescue, limits.rescue_every, clock) if rescue is not None else None
         self._lock = threading.Lock()
         self._claims: dict[str, str] = {}  # khstate key -> the uuid of its open claim
         self._claimed: dict[str, set[str]] = {}  # open claim's uuid -> khstate keys

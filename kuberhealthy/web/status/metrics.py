@@ -32,7 +32,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from kuberhealthy.base.config import PromMetrics
 from kuberhealthy.base.durations import parse_duration
 from kuberhealthy.base.times import parse_time
-from kuberhealthy.web.status.gojson import valid_text
+from kuberhealthy.web.gojson import valid_text
 from kuberhealthy.web.status.page import Details, StatusSummary
 
 

@@ -29,7 +29,7 @@ from typing import Protocol
 from kuberhealthy.kube import Obj
 from kuberhealthy.records import pause
 from kuberhealthy.records.khstate import WORKLOAD_JOB, RunClaim, finished_uuid
-from kuberhealthy.web.status.gojson import go_json_string, go_time, is_blank, valid_text
+from kuberhealthy.web.gojson import go_json_string, go_time, is_blank, valid_text
 
 
 @dataclass(frozen=True)

@@ -4,18 +4,25 @@ Both are served from the khstate cache: the page bytes are prepared by state.Sta
 changes, so a request costs a lookup, not a render (a `?namespace=` filter renders from the prepared
 per-check fragments). As in v2, `/` answers 200 even when checks fail, and refuses a request that
 carries a body: that is a checker reporting to the wrong URL. With `dashboardAtRoot` on, `/` also
-serves the dashboard (web/dashpage.py) to a GET whose Accept ranks text/html above application/json,
-and says `Vary: Accept`; every other request, and `?format=json`, still gets the JSON.
+serves the dashboard (the overview create_app hands in as HtmlRoot) to a GET whose Accept ranks
+text/html above application/json, and says `Vary: Accept`; every other request, and `?format=json`,
+still gets the JSON.
 """
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from flask import Blueprint, Response, request
 from prometheus_client.exposition import choose_encoder
+from prometheus_client.registry import CollectorRegistry
+from werkzeug.datastructures import MIMEAccept
 
-from kuberhealthy.web.context import context, plain, requested_namespaces
-from kuberhealthy.web.dashboard import render as dashpage
+from kuberhealthy.web.answers import plain, requested_namespaces
+from kuberhealthy.web.context import context
+from kuberhealthy.web.parts import part
+from kuberhealthy.web.status.page import StatusCache
 
 logger = logging.getLogger(__name__)
 
@@ -24,6 +31,15 @@ bp = Blueprint("status", __name__)
 # v2 served the page for any method; a POST with a body (a misdirected report) gets a 400 there.
 STATUS_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"]
 WRONG_URL = "Unexpected body from status page request. Verify check is reporting to the right status url"
+
+
+@dataclass(frozen=True)
+class HtmlRoot:
+    """What `/` serves a browser with dashboardAtRoot on: create_app hands in the dashboard's overview,
+    so this room does not import the dashboard's."""
+
+    prefers_html: Callable[[MIMEAccept], bool]
+    page: Callable[[], Response]
 
 
 def request_has_body() -> bool:
@@ -43,13 +59,14 @@ def status_page() -> Response:
         return plain(400, WRONG_URL)
     ctx = context()
     negotiate = ctx.services.config.dashboard_at_root  # off by default: `/` is the v2 JSON for everyone
+    root = part(HtmlRoot)
     if (negotiate and request.method in ("GET", "HEAD") and request.args.get("format") != "json"
-            and dashpage.prefers_html(request.accept_mimetypes)):
-        resp = dashpage.overview()
+            and root.prefers_html(request.accept_mimetypes)):
+        resp = root.page()
     else:
         raw = request.args.get("namespace", "")
         namespaces = requested_namespaces(raw) if raw else None
-        page = ctx.status.page(ctx.services.current_master(), namespaces)
+        page = part(StatusCache).page(ctx.services.current_master(), namespaces)
         resp = Response(page, content_type="application/json")
     if negotiate:
         resp.vary.add("Accept")
@@ -63,4 +80,4 @@ def metrics() -> Response:
         encoder, content_type = choose_encoder(accept)
     except (TypeError, ValueError):  # prometheus-client 0.26 compares an unparsed `version=x` to a tuple
         return plain(400, f"malformed Accept header {accept[:80]!r}")
-    return Response(encoder(context().registry), content_type=content_type)
+    return Response(encoder(part(CollectorRegistry)), content_type=content_type)

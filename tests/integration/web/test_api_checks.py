@@ -42,7 +42,8 @@ def start_a_run(maker: PodMaker, services: Services, name: str) -> tuple[str, st
     """A run of the check in flight, as the runner leaves it: claimed in the khstate, its pod Running.
     Returns (run uuid, pod name)."""
     run_uuid, pod = str(uuid.uuid4()), f"{name}-{uuid.uuid4().hex[:6]}"
-    khstate.claim_run(services.resources, maker.namespace, name, run_uuid, POD_NAME, run_pod=pod, run_key_sha256="x")
+    khstate.claim_run(khstate.RunWrite(services.resources, maker.namespace, name, run_uuid, POD_NAME), run_pod=pod,
+                      run_key_sha256="x")
     maker.pod(name, run_uuid, name=pod)
     wait_cached(services, maker.namespace, name, lambda o: khstate.RunClaim.of(o).pod == pod)
     return run_uuid, pod

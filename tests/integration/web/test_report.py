@@ -164,7 +164,7 @@ def test_a_pod_without_the_check_name_annotation_is_refused(server: WebServer, m
 def test_a_pod_without_a_run_uuid_env_var_is_refused(server: WebServer, maker: PodMaker) -> None:
     run = new_uuid()
     before = maker.khstate("noenv", run)
-    pod = maker.pod("noenv", run, with_env=False)
+    pod = maker.pod("noenv", run, env_uuid=None)
     answer = post_report(server, OK, run_uuid=run, source_ip=pod.ip)
     assert_refused(answer.status, answer.text)
     assert "KH_RUN_UUID" in answer.text

@@ -25,8 +25,9 @@ def test_simulated_checkers_report_by_header_by_address_and_from_the_host_networ
     for check, (image, env, host) in cases.items():
         run = str(uuid.uuid4())
         maker.khstate(check, run, OK=check == "host-no-header", Errors=[] if check == "host-no-header" else ["old"])
-        pods[check] = maker.pod(check, run, running=False, wait=False, image=image, reporting_url=url,
-                                extra_env=env, host_network=host, node_name=kubelet.nodes[0][0] if host else None)
+        pods[check] = maker.pod(check, run, running=False, wait=False, image=image,
+                                env={"KH_REPORTING_URL": url, **env}, host_network=host,
+                                node_name=kubelet.nodes[0][0] if host else None)
     wait_for(lambda: len(kubelet.report_results) == len(cases), timeout=60, what="every simulated pod to report")
     results = kubelet.report_results
     status = {check: results[f"{ns}/{pod.name}"].status for check, pod in pods.items()}

@@ -1,6 +1,6 @@
 """Go's encoding/json, byte for byte, for what v2 served from Go and we now serve from Python.
 
-v2's status page (page.py) and its report endpoint's checks (web/report/body.py) behave as Go's
+v2's status page (web/status/page.py) and its report endpoint's checks (web/report/body.py) behave as Go's
 encoding/json and strings packages do, and clients depend on it: `<`, `>`, `&` and U+2028/U+2029 are
 escaped as `\\u....`, control characters as `\\u00xx`, invalid UTF-8 (lone surrogates here) becomes
 U+FFFD, "blank" is Go's strings.TrimSpace leaving nothing (Python's str.isspace disagrees on
