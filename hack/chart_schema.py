@@ -49,7 +49,7 @@ CHART: dict[str, dict[str, Any]] = {
 
 
 def _parser_of(call: ast.Call) -> tuple[str, str, str] | None:
-    """(parser, raw variable, key) of a call like `_int(raw, "historyLength", 24)`."""
+    """(parser, raw variable, key) of a call like `_int(raw, "historyLength", _DEFAULT.history_length)`."""
     if not isinstance(call.func, ast.Name) or not call.func.id.startswith("_") or len(call.args) < 2:
         return None
     var, key = call.args[0], call.args[1]

@@ -3,6 +3,10 @@
 Everything is validated at load time into frozen dataclasses, so a bad value stops start-up with a
 message naming the key instead of failing later in a thread. This module reads files and the
 environment; it never talks to the API.
+
+Each default is written once, as the dataclass field's default: the parser reads an absent key's value
+from `_DEFAULT` (a Config with every default), never from a literal of its own, and other modules that
+need a default (records/history.py's history length) read it from the dataclass too.
 """
 from __future__ import annotations
 
@@ -77,6 +81,8 @@ class Config:
     trusted_origins: frozenset[str] = frozenset()  # origins (scheme://host[:port]) that may request runs cross-site
 
 
+_DEFAULT = Config()  # what an absent key means: the parser below takes every default from here
+
 _KNOWN_KEYS = {
     "listenAddress", "enableForceMaster", "logLevel", "enableInflux", "influxURL", "influxUsername",
     "influxPassword", "influxDB", "externalCheckReportingURL", "maxKHJobAge", "maxCheckPodAge",
@@ -120,8 +126,8 @@ def _int(raw: Mapping[str, Any], key: str, default: int, prefix: str = "") -> in
     return v
 
 
-def _choice(raw: Mapping[str, Any], key: str, choices: tuple[str, ...]) -> str:
-    value = _str(raw, key, choices[0]).strip()
+def _choice(raw: Mapping[str, Any], key: str, choices: tuple[str, ...], default: str) -> str:
+    value = _str(raw, key, default).strip()
     if value not in choices:
         raise ConfigError(key, f"expected one of {', '.join(choices)}, got {raw.get(key)!r}")
     return value
@@ -186,11 +192,12 @@ def from_mapping(raw: Mapping[str, Any], environ: Mapping[str, str] | None = Non
             logger.warning("Ignoring unknown config key %r", key)
 
     try:
-        host, port = parse_listen_address(_str(raw, "listenAddress", ":8080"))
+        host, port = parse_listen_address(
+            _str(raw, "listenAddress", f"{_DEFAULT.listen_host}:{_DEFAULT.listen_port}"))
     except ValueError:
         raise ConfigError("listenAddress", f"expected host:port or :port, got {raw.get('listenAddress')!r}") from None
 
-    log_level = _str(raw, "logLevel", "info").lower()
+    log_level = _str(raw, "logLevel", _DEFAULT.log_level).lower()
     if log_level == "warn":
         log_level = "warning"
     if log_level not in LOG_LEVELS:
@@ -199,12 +206,12 @@ def from_mapping(raw: Mapping[str, Any], environ: Mapping[str, str] | None = Non
     le_raw = raw.get("leaderElection") or {}
     if not isinstance(le_raw, Mapping):
         raise ConfigError("leaderElection", "expected a mapping with leaseName, leaseDuration, ...")
-    p = "leaderElection."
+    p, le_default = "leaderElection.", _DEFAULT.leader_election
     le = LeaderElection(
-        lease_name=_str(le_raw, "leaseName", "kuberhealthy", p),
-        lease_duration=_duration(le_raw, "leaseDuration", 15.0, p),
-        renew_deadline=_duration(le_raw, "renewDeadline", 10.0, p),
-        retry_period=_duration(le_raw, "retryPeriod", 2.0, p),
+        lease_name=_str(le_raw, "leaseName", le_default.lease_name, p),
+        lease_duration=_duration(le_raw, "leaseDuration", le_default.lease_duration, p),
+        renew_deadline=_duration(le_raw, "renewDeadline", le_default.renew_deadline, p),
+        retry_period=_duration(le_raw, "retryPeriod", le_default.retry_period, p),
     )
     if not le.lease_name:
         raise ConfigError("leaderElection.leaseName", "must not be empty")
@@ -216,21 +223,22 @@ def from_mapping(raw: Mapping[str, Any], environ: Mapping[str, str] | None = Non
     pm_raw = raw.get("promMetricsConfig") or {}
     if not isinstance(pm_raw, Mapping):
         raise ConfigError("promMetricsConfig", "expected a mapping with suppressErrorLabel, errorLabelMaxLength")
+    p, pm_default = "promMetricsConfig.", _DEFAULT.prom_metrics
     pm = PromMetrics(
-        suppress_error_label=_bool(pm_raw, "suppressErrorLabel", False, "promMetricsConfig."),
-        error_label_max_length=_int(pm_raw, "errorLabelMaxLength", 0, "promMetricsConfig."),
+        suppress_error_label=_bool(pm_raw, "suppressErrorLabel", pm_default.suppress_error_label, p),
+        error_label_max_length=_int(pm_raw, "errorLabelMaxLength", pm_default.error_label_max_length, p),
     )
 
-    pod_namespace = env.get("POD_NAMESPACE") or "kuberhealthy"
+    pod_namespace = env.get("POD_NAMESPACE") or _DEFAULT.pod_namespace
     pod_name = env.get("POD_NAME") or socket.gethostname()
     reporting_url = (env.get("KH_EXTERNAL_REPORTING_URL")
-                     or _str(raw, "externalCheckReportingURL", "")
+                     or _str(raw, "externalCheckReportingURL", _DEFAULT.external_check_reporting_url)
                      or f"http://kuberhealthy.{pod_namespace}.svc.cluster.local/externalCheckStatus")
     if not reporting_url.startswith(("http://", "https://")):
         raise ConfigError("externalCheckReportingURL", f"expected an http(s) URL, got {reporting_url!r}")
 
-    enable_influx = _bool(raw, "enableInflux", False)
-    influx_url = _str(raw, "influxURL", "")
+    enable_influx = _bool(raw, "enableInflux", _DEFAULT.enable_influx)
+    influx_url = _str(raw, "influxURL", _DEFAULT.influx_url)
     if enable_influx:
         try:
             parts = urlsplit(influx_url)
@@ -239,55 +247,56 @@ def from_mapping(raw: Mapping[str, Any], environ: Mapping[str, str] | None = Non
             raise ConfigError("influxURL", f"invalid URL {influx_url!r}") from None
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ConfigError("influxURL", f"enableInflux is true but influxURL is not an http(s) URL: {influx_url!r}")
-        if not _str(raw, "influxDB", "").strip():
+        if not _str(raw, "influxDB", _DEFAULT.influx_db).strip():
             raise ConfigError("influxDB", "enableInflux is true but no database is named")
 
     return Config(
         listen_host=host,
         listen_port=port,
-        enable_force_master=_bool(raw, "enableForceMaster", False),
+        enable_force_master=_bool(raw, "enableForceMaster", _DEFAULT.enable_force_master),
         log_level=log_level,
         enable_influx=enable_influx,
         influx_url=influx_url,
-        influx_username=_str(raw, "influxUsername", ""),
+        influx_username=_str(raw, "influxUsername", _DEFAULT.influx_username),
         # KH_INFLUX_PASSWORD (the chart fills it from a Secret) wins over the file's key. Never logged:
         # the field has repr=False, and no message names its value.
-        influx_password=env.get("KH_INFLUX_PASSWORD") or _str(raw, "influxPassword", ""),
-        influx_db=_str(raw, "influxDB", ""),
+        influx_password=env.get("KH_INFLUX_PASSWORD") or _str(raw, "influxPassword", _DEFAULT.influx_password),
+        influx_db=_str(raw, "influxDB", _DEFAULT.influx_db),
         external_check_reporting_url=reporting_url,
-        max_khjob_age=_duration(raw, "maxKHJobAge", 15 * 60.0),
-        max_check_pod_age=_duration(raw, "maxCheckPodAge", 72 * 3600.0),
-        max_completed_pod_count=_int(raw, "maxCompletedPodCount", 4),
-        max_error_pod_count=_int(raw, "maxErrorPodCount", 4),
-        target_namespace=_str(raw, "targetNamespace", ""),
+        max_khjob_age=_duration(raw, "maxKHJobAge", _DEFAULT.max_khjob_age),
+        max_check_pod_age=_duration(raw, "maxCheckPodAge", _DEFAULT.max_check_pod_age),
+        max_completed_pod_count=_int(raw, "maxCompletedPodCount", _DEFAULT.max_completed_pod_count),
+        max_error_pod_count=_int(raw, "maxErrorPodCount", _DEFAULT.max_error_pod_count),
+        target_namespace=_str(raw, "targetNamespace", _DEFAULT.target_namespace),
         leader_election=le,
-        check_change_debounce=_duration(raw, "checkChangeDebounce", 10.0, positive=False),
-        state_reaper_interval=_duration(raw, "stateReaperInterval", 60.0),
-        check_reaper_run_interval=_duration(raw, "checkReaperRunInterval", 30.0, env="CHECK_REAPER_RUN_INTERVAL",
-                                            environ=env),
+        check_change_debounce=_duration(raw, "checkChangeDebounce", _DEFAULT.check_change_debounce,
+                                        positive=False),
+        state_reaper_interval=_duration(raw, "stateReaperInterval", _DEFAULT.state_reaper_interval),
+        check_reaper_run_interval=_duration(raw, "checkReaperRunInterval", _DEFAULT.check_reaper_run_interval,
+                                            env="CHECK_REAPER_RUN_INTERVAL", environ=env),
         prom_metrics=pm,
         pod_name=pod_name,
         pod_namespace=pod_namespace,
-        report_source_check=_choice(raw, "reportSourceCheck", REPORT_SOURCE_CHECKS),
-        report_auth=_choice(raw, "reportAuth", REPORT_AUTHS),
-        report_rate_limit=_rate(raw, "reportRateLimit", 20.0),
-        report_rate_burst=_positive_int(raw, "reportRateBurst", 200),
-        history_length=_int(raw, "historyLength", 24),
-        capture_logs=_bool(raw, "captureLogs", True),
-        expose_logs=_bool(raw, "exposeLogs", False),
-        enable_run_api=_bool(raw, "enableRunAPI", True),
-        dashboard_at_root=_bool(raw, "dashboardAtRoot", False),
-        trusted_origins=_origins(raw, "trustedOrigins"),
+        report_source_check=_choice(raw, "reportSourceCheck", REPORT_SOURCE_CHECKS, _DEFAULT.report_source_check),
+        report_auth=_choice(raw, "reportAuth", REPORT_AUTHS, _DEFAULT.report_auth),
+        report_rate_limit=_rate(raw, "reportRateLimit", _DEFAULT.report_rate_limit),
+        report_rate_burst=_positive_int(raw, "reportRateBurst", _DEFAULT.report_rate_burst),
+        history_length=_int(raw, "historyLength", _DEFAULT.history_length),
+        capture_logs=_bool(raw, "captureLogs", _DEFAULT.capture_logs),
+        expose_logs=_bool(raw, "exposeLogs", _DEFAULT.expose_logs),
+        enable_run_api=_bool(raw, "enableRunAPI", _DEFAULT.enable_run_api),
+        dashboard_at_root=_bool(raw, "dashboardAtRoot", _DEFAULT.dashboard_at_root),
+        trusted_origins=_origins(raw, "trustedOrigins", _DEFAULT.trusted_origins),
     )
 
 
-def _origins(raw: Mapping[str, Any], key: str) -> frozenset[str]:
+def _origins(raw: Mapping[str, Any], key: str, default: frozenset[str]) -> frozenset[str]:
     """A list of origins as browsers send them in `Origin` (`https://kh.example.com`, `http://host:8080`):
     a scheme and a host, no path, query or fragment (the rules of Go's AddTrustedOrigin). Kept in lower
     case, the form browsers serialise an origin in."""
     value = raw.get(key)
     if value is None:
-        return frozenset()
+        return default
     if not isinstance(value, list):
         raise ConfigError(key, f"expected a list of origins such as https://kh.example.com, got {value!r}")
     out = set()

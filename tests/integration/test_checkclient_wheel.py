@@ -96,7 +96,7 @@ def test_the_wheel_holds_the_module_its_command_line_and_py_typed_and_requires_n
         names = set(zf.namelist())
         [metadata] = [n for n in names if n.endswith(".dist-info/METADATA")]
         headers = zf.read(metadata).decode()
-        assert zf.read(f"{MODULE}/__init__.py") == (REPO / "kuberhealthy" / "checkclient.py").read_bytes()
+        assert zf.read(f"{MODULE}/__init__.py") == (CLIENT / "src" / MODULE / "__init__.py").read_bytes()
     assert {f"{MODULE}/__init__.py", f"{MODULE}/__main__.py", f"{MODULE}/py.typed"} <= names
     assert {n.split("/")[0] for n in names} == {MODULE, f"{MODULE}-{kuberhealthy.__version__}.dist-info"}
     assert re.search(r"^Name: kuberhealthy-checkclient$", headers, re.M)

@@ -1,12 +1,19 @@
 """Config loading and validation: defaults, env overrides, errors that name the key."""
+import ast
+import dataclasses
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from kuberhealthy.base.config import from_mapping, load, parse_listen_address
+from kuberhealthy.base import config
+from kuberhealthy.base.config import Config, from_mapping, load, parse_listen_address
 from kuberhealthy.base.errors import ConfigError
+from kuberhealthy.records import history
 
 ENV = {"POD_NAME": "kh-0", "POD_NAMESPACE": "health"}
+CONFIG_PY = Path(config.__file__)
+RESOLVED_AT_LOAD = {"pod_name", "external_check_reporting_url"}  # from the environment; "" means "work it out"
 
 
 def test_an_empty_config_gives_the_documented_defaults() -> None:
@@ -113,3 +120,87 @@ def test_a_missing_explicit_file_is_an_error_but_a_missing_default_is_not(tmp_pa
                                             ("[::1]:8080", ("::1", 8080))])
 def test_listen_addresses_parse_like_go(text: str, want: tuple[str, int]) -> None:
     assert parse_listen_address(text) == want
+
+
+# --- each default written once: the dataclass field's default ------------------------------------------------
+
+def _declared_defaults(cls: type, prefix: str = "") -> dict[str, Any]:
+    """Every field's default as the dataclass declares it, nested dataclasses flattened (`leader_election.x`)."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        value = f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
+        if dataclasses.is_dataclass(value):
+            out |= _declared_defaults(type(value), f"{prefix}{f.name}.")
+        else:
+            out[prefix + f.name] = value
+    return out
+
+
+def _flattened(obj: object, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(obj):  # type: ignore[arg-type]
+        value = getattr(obj, f.name)
+        out |= _flattened(value, f"{prefix}{f.name}.") if dataclasses.is_dataclass(value) else {prefix + f.name: value}
+    return out
+
+
+def test_an_empty_config_gives_every_field_exactly_the_default_its_dataclass_declares() -> None:
+    declared = _declared_defaults(Config)
+    parsed = _flattened(from_mapping({}, {}))
+    assert len(declared) > 30 and set(parsed) == set(declared)  # the walk sees every field, nested ones too
+    differing = {k: (parsed[k], declared[k]) for k in declared
+                 if k not in RESOLVED_AT_LOAD and parsed[k] != declared[k]}
+    assert differing == {}
+
+
+def _parser_defaults(tree: ast.Module) -> list[ast.expr]:
+    """The `default` argument of every call to one of config.py's parsers (a module function with a
+    parameter named `default`: _bool, _str, _int, _duration, _choice, _rate, _positive_int, _origins)."""
+    positions = {f.name: [a.arg for a in f.args.args].index("default") for f in tree.body
+                 if isinstance(f, ast.FunctionDef) and "default" in [a.arg for a in f.args.args]}
+    found: list[ast.expr] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in positions:
+            at = positions[node.func.id]
+            found += [kw.value for kw in node.keywords if kw.arg == "default"] + node.args[at:at + 1]
+    return found
+
+
+def test_every_parser_default_is_read_from_the_dataclass_and_never_written_as_a_literal() -> None:
+    tree = ast.parse(CONFIG_PY.read_text(encoding="utf-8"))
+    # _DEFAULT, local names that hold a part of it (le_default = _DEFAULT.leader_election), and a parser's
+    # own `default` handed on to another (_positive_int calls _int).
+    aliases = {"_DEFAULT", "default"} | {t.id for n in ast.walk(tree) if isinstance(n, ast.Assign)
+                              for t in ast.walk(n.targets[0]) if isinstance(t, ast.Name)
+                              and any(isinstance(v, ast.Name) and v.id == "_DEFAULT" for v in ast.walk(n.value))}
+    defaults = _parser_defaults(tree)
+    assert len(defaults) > 30  # the walk sees the parser calls
+    literal = [ast.unparse(d) for d in defaults
+               if not {n.id for n in ast.walk(d) if isinstance(n, ast.Name)} & aliases
+               or any(isinstance(n, ast.Constant) and isinstance(n.value, (int, float)) for n in ast.walk(d))]
+    assert literal == []
+
+
+def test_no_default_value_is_written_a_second_time_in_config_pys_code() -> None:
+    """`or "kuberhealthy"`, `_int(raw, "historyLength", 24)`: a field's default written again in a function."""
+    tree = ast.parse(CONFIG_PY.read_text(encoding="utf-8"))
+    wanted = {v for v in _declared_defaults(Config).values()
+              if isinstance(v, (int, float, str)) and not isinstance(v, bool) and v not in (0, "")}
+    compared = {id(c) for n in ast.walk(tree) if isinstance(n, ast.Compare) for c in n.comparators}  # == "warn"
+    written = []
+    for func in (n for n in tree.body if isinstance(n, ast.FunctionDef)):
+        for node in ast.walk(func):
+            value: object = None
+            if isinstance(node, ast.Constant) and id(node) not in compared:
+                value = node.value
+            elif isinstance(node, ast.BinOp) and all(isinstance(n, (ast.Constant, ast.BinOp, ast.operator))
+                                                     for n in ast.walk(node)):
+                value = eval(compile(ast.Expression(node), "<default>", "eval"))  # 15 * 60.0
+            if not isinstance(value, bool) and value in wanted:
+                written.append(f"{func.name}: {ast.unparse(node)}")
+    assert 24 in wanted and "kuberhealthy" in wanted  # the walk sees the defaults
+    assert written == []
+
+
+def test_the_history_length_default_is_the_config_keys_default() -> None:
+    assert history.HISTORY_LENGTH == from_mapping({}, ENV).history_length == Config.history_length

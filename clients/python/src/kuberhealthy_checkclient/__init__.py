@@ -25,7 +25,8 @@ Kubernetes API.
 Standard library only (Python 3.10 or later), typed, and one file that imports nothing else: it is the
 distribution ``kuberhealthy-checkclient`` (``pip install kuberhealthy-checkclient``, then
 ``import kuberhealthy_checkclient``), the module ``kuberhealthy.checkclient`` of the ``kuberhealthy``
-distribution (a byte-identical copy), and it works copied alone into an image (``import checkclient``).
+distribution (its setup.py installs this file under that name), and it works copied alone into an image
+(``import checkclient``).
 
 Library use::
 

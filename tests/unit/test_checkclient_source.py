@@ -1,10 +1,13 @@
-"""The checker client is one file in two distributions: `kuberhealthy_checkclient` (clients/python, the
-source) and `kuberhealthy.checkclient` (its byte-identical copy, kept for `python -m kuberhealthy.checkclient`
-and the daemon's own imports). Read from the source tree; nothing is built here (the wheel's tests are
-tests/integration/test_checkclient_wheel.py)."""
+"""The checker client has one source, clients/python/src/kuberhealthy_checkclient/__init__.py (the
+`kuberhealthy-checkclient` distribution). The daemon's `kuberhealthy.checkclient` is that file, not a copy:
+a symlink in the checkout, so the editable install, mypy and import-linter read the source, and a regular
+file that setup.py writes into the daemon's wheel and sdist (tests/integration/test_wheel.py builds both
+and compares them). Read from the source tree and this venv; nothing is built here."""
 from __future__ import annotations
 
 import ast
+import importlib.util
+import os
 import sys
 from pathlib import Path
 
@@ -15,8 +18,7 @@ from testbed.paths import REPO
 
 CLIENT = REPO / "clients" / "python"
 SOURCE = CLIENT / "src" / "kuberhealthy_checkclient" / "__init__.py"
-COPY = REPO / "kuberhealthy" / "checkclient.py"
-SYNC = "cp clients/python/src/kuberhealthy_checkclient/__init__.py kuberhealthy/checkclient.py"
+LINK = REPO / "kuberhealthy" / "checkclient.py"
 
 
 def _version(path: Path) -> str:
@@ -27,8 +29,17 @@ def _version(path: Path) -> str:
     raise AssertionError(f"{path} sets no __version__")
 
 
-def test_kuberhealthy_checkclient_is_a_byte_identical_copy_of_the_distributions_module() -> None:
-    assert COPY.read_bytes() == SOURCE.read_bytes(), f"the copy differs from its source: run `{SYNC}`"
+def test_kuberhealthy_checkclient_in_the_checkout_is_a_symlink_to_the_one_source_not_a_copy() -> None:
+    assert LINK.is_symlink(), f"{LINK} must be a symlink to {SOURCE}, not a copy of it"
+    assert os.readlink(LINK) == os.path.relpath(SOURCE, LINK.parent)  # relative: it works in any clone
+    assert LINK.resolve() == SOURCE.resolve()
+
+
+def test_the_module_this_venv_imports_as_kuberhealthy_checkclient_is_the_source_file() -> None:
+    spec = importlib.util.find_spec("kuberhealthy.checkclient")
+    assert spec is not None and spec.origin is not None
+    assert Path(spec.origin).read_bytes() == SOURCE.read_bytes()
+    assert Path(spec.origin).resolve() == SOURCE.resolve()  # the editable install reads the source itself
 
 
 def test_the_client_carries_the_kuberhealthy_version_without_importing_kuberhealthy() -> None:
