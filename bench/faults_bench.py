@@ -1,4 +1,5 @@
-"""`make faults`: the fault scenarios of issue 9 against the real test bed, with the invariants of
+"""`make faults`: the fault scenarios (an API server that restarts, freezes, lags) against the real test bed, with
+the invariants of
 docs/interface.md#under-faults checked from the outside. Prints one table; exits non-zero unless every
 scenario passed (see Verdicts below).
 

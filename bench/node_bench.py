@@ -42,7 +42,6 @@ from typing import Any
 import requests
 import urllib3
 
-from bench.run_bench import pct
 from kuberhealthy.base.durations import parse_duration
 from kuberhealthy.base.times import parse_time
 from kuberhealthy.kube.client import USER_AGENT
@@ -59,6 +58,7 @@ from testbed.node.e2e import (
 )
 from testbed.node.images import PREFIX, TAG, build_all
 from testbed.node.realnode import RealNode, RealNodeError
+from testbed.stats import percentile
 from testbed.tools.helm import Helm
 
 SHELL = f"{PREFIX}/shell-check:{TAG}"
@@ -306,7 +306,7 @@ def s(v: float | None) -> str:
 
 def med_p95(values: list[float]) -> str:
     values = [v for v in values if not math.isnan(v)]
-    return f"median {statistics.median(values):.2f} s, p95 {pct(values, 95):.2f} s" if values else "n/a"
+    return f"median {statistics.median(values):.2f} s, p95 {percentile(values, 95):.2f} s" if values else "n/a"
 
 
 def table(real: dict[str, Any], sim: dict[str, Any] | None, n: int) -> str:

@@ -23,11 +23,7 @@ from testbed.cluster.crds import install_crds
 from testbed.cluster.objects import create_namespace
 from testbed.daemons.inprocess import InProcessDaemon, check_spec
 from testbed.sim.kubelet import SimKubelet
-
-
-def pct(values: list[float], p: float) -> float:
-    s = sorted(values)
-    return s[min(len(s) - 1, round(p / 100 * (len(s) - 1)))]
+from testbed.stats import percentile
 
 
 def main() -> None:
@@ -73,8 +69,8 @@ def main() -> None:
     finally:
         cleanup(cluster)
     print(f"runs: {args.runs} (checker runtime {args.delay:.2f}s each)")
-    print(f"run wall time: median {statistics.median(walls):.3f}s  p95 {pct(walls, 95):.3f}s")
-    print(f"run overhead:  median {statistics.median(overheads):.3f}s  p95 {pct(overheads, 95):.3f}s"
+    print(f"run wall time: median {statistics.median(walls):.3f}s  p95 {percentile(walls, 95):.3f}s")
+    print(f"run overhead:  median {statistics.median(overheads):.3f}s  p95 {percentile(overheads, 95):.3f}s"
           f"  (target <= 0.3s; v2 >= 11s)")
     print("median time per phase: " + ", ".join(f"{k} {statistics.median(v) * 1000:.0f}ms"
                                                 for k, v in phases.items()))

@@ -69,10 +69,8 @@ from bench.scaleprobe import (
     StateLog,
     TreeSampler,
     count_audit,
-    cpu_seconds,
     histogram_delta,
     machine_busy_seconds,
-    percentiles,
     process_tree,
     scrape_histogram,
 )
@@ -95,6 +93,7 @@ from testbed.cluster.objects import create_namespace
 from testbed.daemons.process import DaemonProcess
 from testbed.paths import REPO
 from testbed.procs import end_group
+from testbed.stats import cpu_seconds, summary
 
 HOST = "127.0.0.1"
 DAEMON_AGENT = "kuberhealthy/"
@@ -264,7 +263,8 @@ def measure(args: argparse.Namespace, outdir: Path) -> dict[str, Any]:
         mono_to_unix = wall0 - w0
         audit0 = cluster.audit_offset()
         usage0 = resource.getrusage(resource.RUSAGE_SELF)
-        cpu0 = {"daemon": cpu_seconds(tree), "api": cpu_seconds(api_pids), "sim": cpu_seconds([sim.pid]),
+        cpu0 = {"daemon": cpu_seconds(tree, reaped_children=True), "api": cpu_seconds(api_pids, reaped_children=True),
+                "sim": cpu_seconds([sim.pid], reaped_children=True),
                 "machine": machine_busy_seconds()}
         cpu_daemon_warmup = cpu0["daemon"]  # the daemon's CPU since it started
         hist0 = scrape_histogram(HOST, daemon.port, LAG_FAMILY)
@@ -279,7 +279,8 @@ def measure(args: argparse.Namespace, outdir: Path) -> dict[str, Any]:
             time.sleep(min(1.0, max(0.0, w0 + window - time.monotonic())))
         w1, wall1 = time.monotonic(), time.time()
         tree = process_tree(daemon.proc.pid) or tree
-        cpu1 = {"daemon": cpu_seconds(tree), "api": cpu_seconds(api_pids), "sim": cpu_seconds([sim.pid]),
+        cpu1 = {"daemon": cpu_seconds(tree, reaped_children=True), "api": cpu_seconds(api_pids, reaped_children=True),
+                "sim": cpu_seconds([sim.pid], reaped_children=True),
                 "machine": machine_busy_seconds()}
         usage1 = resource.getrusage(resource.RUSAGE_SELF)
         sampler.sample()
@@ -331,7 +332,7 @@ def measure(args: argparse.Namespace, outdir: Path) -> dict[str, Any]:
                       "sim_per_run": round(sum(sim_calls.values()) / runs, 2) if runs else None}
         polls = poller.polls
         answered = [p.seconds for p in polls if p.outcome == "ok"]
-        row["status_page"] = {**percentiles(answered), "polls": len(polls),
+        row["status_page"] = {**summary(answered), "polls": len(polls),
                               "failed": sum(1 for p in polls if p.outcome != "ok"), "skipped": poller.skipped,
                               "outcomes": dict(Counter(p.outcome for p in polls))}
         row["watch_restarts"] = {"pods": watches[0].restarts, "khstates": watches[1].restarts}

@@ -31,24 +31,14 @@ import urllib3
 from kubernetes.watch.watch import iter_resp_lines
 from prometheus_client.parser import text_string_to_metric_families
 
-from testbed.sim.api import OpenStream
+from testbed.sim.rawapi import OpenStream
+from testbed.stats import CLK_TCK, stat_fields
 
 logger = logging.getLogger(__name__)
 
 HARNESS_UA = "kh-scale-bench"
 WATCH_SECONDS = 60
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
-
-
-def percentiles(values: list[float]) -> dict[str, float | None]:
-    """p50, p99 and max (nearest rank); None for each when there are no values."""
-    if not values:
-        return {"p50": None, "p99": None, "max": None}
-    s = sorted(values)
-    def at(p: float) -> float:
-        return s[min(len(s) - 1, round(p / 100 * (len(s) - 1)))]
-    return {"p50": at(50), "p99": at(99), "max": s[-1]}
 
 
 def parse_time(value: str | None) -> float | None:
@@ -228,19 +218,12 @@ class StateLog:
 
 # --- /proc ---------------------------------------------------------------------------------------------
 
-def _stat_fields(pid: int) -> list[str] | None:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-
-
 def process_tree(root: int) -> list[int]:
     """root and all its descendants that are alive now (from /proc/*/stat ppid)."""
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
-            f = _stat_fields(int(entry))
+            f = stat_fields(int(entry))
             if f is not None:
                 children.setdefault(int(f[1]), []).append(int(entry))
     out, todo = [], [root]
@@ -250,16 +233,6 @@ def process_tree(root: int) -> list[int]:
             out.append(pid)
             todo.extend(children.get(pid, []))
     return out
-
-
-def cpu_seconds(pids: list[int]) -> float:
-    """utime+stime of each process plus cutime+cstime (its reaped children), so a dead worker still counts."""
-    total = 0
-    for pid in pids:
-        f = _stat_fields(pid)
-        if f is not None:
-            total += int(f[11]) + int(f[12]) + int(f[13]) + int(f[14])
-    return total / CLK_TCK
 
 
 def machine_busy_seconds() -> float:

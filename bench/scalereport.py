@@ -11,7 +11,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from bench.scaleprobe import PodLog, StateVersion, percentiles
+from bench.scaleprobe import PodLog, StateVersion
+from testbed.stats import summary
 
 TARGET_N = 1000
 
@@ -36,8 +37,8 @@ def schedule_lags(by_check: dict[str, list[Any]], n: int, interval: float, w0: f
             created_lags.append(w1 + mono_to_unix - ((starts[-1].created or starts[-1].seen + mono_to_unix)
                                                      + interval))
     never = n - sum(1 for pods in by_check.values() if any(p.seen <= w1 for p in pods))
-    return {**percentiles(seen_lags), "lags": len(seen_lags), "overdue_at_end": overdue, "never_ran": never,
-            "created": percentiles(created_lags)}
+    return {**summary(seen_lags), "lags": len(seen_lags), "overdue_at_end": overdue, "never_ran": never,
+            "created": summary(created_lags)}
 
 
 def false_failures(versions: dict[str, list[StateVersion]], ns: str, w0: float, w1: float) -> dict[str, Any]:
@@ -67,7 +68,7 @@ def sim_figures(stats: dict[str, Any] | None, pods: PodLog, w0: float, w1: float
     rows = list(stats.get("pods") or [])
     inside = [r for r in rows if r.get("seen") is not None and w0 <= r["seen"] <= w1]
     def gaps(rs: list[dict[str, Any]], a: str, b: str, minus: float = 0.0) -> dict[str, float | None]:
-        return percentiles([r[b] - r[a] - minus for r in rs if r.get(a) is not None and r.get(b) is not None])
+        return summary([r[b] - r[a] - minus for r in rs if r.get(a) is not None and r.get(b) is not None])
     harness_seen = {p.uid: p.seen for p in pods.pods.values()}
     watch_delay = [r["seen"] - harness_seen[r["uid"]] for r in inside if r.get("uid") in harness_seen]
 
@@ -86,7 +87,7 @@ def sim_figures(stats: dict[str, Any] | None, pods: PodLog, w0: float, w1: float
     return {"state": "final" if stats.get("final") else "partial", "pods": len(rows), "pods_in_window": len(inside),
             "seen_to_bound": gaps(inside, "seen", "bound"), "seen_to_running": gaps(inside, "seen", "running"),
             "report_answer": gaps(inside, "running", "reported", delay),
-            "watch_delay_vs_harness": percentiles(watch_delay),
+            "watch_delay_vs_harness": summary(watch_delay),
             "refused_total": of_class(refused_all, "4"), "refused_in_window": of_class(refused_window, "4"),
             "answered_5xx": of_class(refused_all, "5"), "unanswered": unanswered,
             "refused_examples": [f"{r['key']}: {r['report']['status']} {r['report']['response_body'][:160]}"

@@ -43,13 +43,14 @@ from kuberhealthy.daemon.server import HTTP_THREADS
 from kuberhealthy.daemon.services import Services
 from kuberhealthy.kube import Kube, Notifier
 from kuberhealthy.outputs.runstats import SchedulingMetrics
-from kuberhealthy.records.history import RunRecord, apply_run
+from kuberhealthy.records.history import RunFacts, RunRecord, apply_run
 from kuberhealthy.web import create_app
 from testbed.cluster.apiserver import cleanup, start_cluster
 from testbed.cluster.builders import checker_pod, khs, khstate, pods_path
 from testbed.cluster.crds import install_crds
 from testbed.cluster.loopback import free_port, pod_ip
 from testbed.cluster.objects import create_namespace, set_pod_status
+from testbed.stats import cpu_seconds, percentile
 
 HOST = "127.0.0.1"
 
@@ -141,11 +142,11 @@ def add_history(states: list[dict[str, Any]], entries: int) -> None:
         for i in range(entries):
             start = now - (entries - i) * 600
             if failing and i % 5 == 4:
-                record = RunRecord.failed(str(uuid.UUID(int=i)), start, 2.5, "node-1", f"check-pod-{i}",
+                record = RunRecord.failed(RunFacts(str(uuid.UUID(int=i)), start, 2.5, "node-1", f"check-pod-{i}"),
                                           "timed out waiting for checker pod to report in",
                                           [f"Check execution error: run {i} timed out"], logs="line\n" * 40)
             else:
-                record = RunRecord.reported(str(uuid.UUID(int=i)), start, 1.2, "node-1", f"check-pod-{i}",
+                record = RunRecord.reported(RunFacts(str(uuid.UUID(int=i)), start, 1.2, "node-1", f"check-pod-{i}"),
                                             {"OK": True, "Errors": []})
             spec.update(apply_run(spec, record, entries, start + 2))
         made[failing] = spec
@@ -225,11 +226,6 @@ def load(port: int, requests: list[tuple[bytes, str | None]], seconds: float) ->
     return latencies, statuses
 
 
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def worker_pids(arbiter: int) -> list[int]:
     out = subprocess.run(["pgrep", "-P", str(arbiter)], capture_output=True, text=True, check=False).stdout
     return [int(p) for p in out.split()]
@@ -263,15 +259,14 @@ def measure(proc: subprocess.Popen[bytes], port: int, requests: list[tuple[bytes
             seconds: float) -> dict[str, float]:
     load(port, requests[:4], 0.5)  # warm-up
     workers = worker_pids(proc.pid)
-    cpu0 = sum(cpu_seconds(p) for p in workers)
+    cpu0 = cpu_seconds(workers)
     t0 = time.monotonic()
     latencies, statuses = load(port, requests, seconds)
     elapsed = time.monotonic() - t0
-    cpu = (sum(cpu_seconds(p) for p in workers) - cpu0) / elapsed
-    latencies.sort()
+    cpu = (cpu_seconds(workers) - cpu0) / elapsed
     ok = statuses.get(200, 0)
-    return {"rps": ok / elapsed, "p50": latencies[len(latencies) // 2] * 1000 if latencies else 0.0,
-            "p99": latencies[int(len(latencies) * 0.99)] * 1000 if latencies else 0.0, "cpu": cpu * 100,
+    return {"rps": ok / elapsed, "p50": (percentile(latencies, 50) or 0.0) * 1000,
+            "p99": (percentile(latencies, 99) or 0.0) * 1000, "cpu": cpu * 100,
             "errors": sum(v for k, v in statuses.items() if k != 200)}
 
 
@@ -361,10 +356,10 @@ def reports_bench(pods: int, seconds: float, threads: int) -> None:
         proc = start_server(["reports", "--kubeconfig", str(cluster.kubeconfig), "--namespace", ns,
                              "--threads", str(threads)], port, ready_path="/readyz")
         api_pids = [p.pid for p in cluster.procs.values()]
-        api0 = sum(cpu_seconds(p) for p in api_pids)
+        api0 = cpu_seconds(api_pids)
         t0 = time.monotonic()
         m = measure(proc, port, reqs, seconds)
-        api_cpu = (sum(cpu_seconds(p) for p in api_pids) - api0) / (time.monotonic() - t0) * 100
+        api_cpu = (cpu_seconds(api_pids) - api0) / (time.monotonic() - t0) * 100
         show("validated reports", m)
         print(f"  API server + etcd CPU {api_cpu:.0f}% (of {os.cpu_count()} CPUs x 100%)", flush=True)
         print(f"  validated reports per second: {m['rps']:.0f} (target >= 300)", flush=True)

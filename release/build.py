@@ -177,13 +177,24 @@ def engine_env(engine: str) -> dict[str, str]:
     return env
 
 
-def build_image(art: Artifacts, engine: str, base: str, log: Path, tag: str = "") -> None:
-    tag = tag or f"{LOCAL_IMAGE}:{art.version}"
+@dataclass(frozen=True)
+class ImageBuild:
+    """How to build the image: the engine (podman, docker), the base ("debian", "dockerfile" or an image)
+    and the local tag (default: LOCAL_IMAGE:<version>)."""
+
+    engine: str
+    base: str
+    local_tag: str = ""
+
+
+def build_image(art: Artifacts, how: ImageBuild, log: Path) -> None:
+    tag = how.local_tag or f"{LOCAL_IMAGE}:{art.version}"
+    engine = how.engine
     env = engine_env(engine)
-    if base == "debian":
+    if how.base == "debian":
         env["BASE_IMAGE"] = "debian"
-    elif base != "dockerfile":
-        env["BASE_IMAGE"] = base
+    elif how.base != "dockerfile":
+        env["BASE_IMAGE"] = how.base
     last = None
     for _attempt in (1, 2):  # a second try rides out a dropped download; a broken Dockerfile fails twice
         try:
@@ -251,8 +262,8 @@ def push_chart(art: Artifacts, helm: Helm, repo: str, *, plain_http: bool) -> st
 
 # --- build, push ----------------------------------------------------------------------------------------
 
-def build(out: Path, budget: Budget, helm: Helm, *, engine: str, base: str, expect_tag: str = "",
-          image: bool = True, local_tag: str = "") -> Artifacts:
+def build(out: Path, budget: Budget, helm: Helm, *, image: ImageBuild | None, expect_tag: str = "") -> Artifacts:
+    """The sdist, both wheels, the chart package and (unless `image` is None) the image, into `out`."""
     chart_version, app_version = chart_meta()
     art = Artifacts(out=str(out), version=project_version(), chart_version=chart_version, app_version=app_version)
     if art.version != app_version:
@@ -276,9 +287,9 @@ def build(out: Path, budget: Budget, helm: Helm, *, engine: str, base: str, expe
             if shown != f"{PUBLISHED_IMAGE}:{app_version}":
                 art.problems.append(f"the chart's default image is {shown}, not what the release publishes "
                                  f"({PUBLISHED_IMAGE}:{app_version}): helm/kuberhealthy/values.yaml image.*")
-        if image:
+        if image is not None:
             with budget.part("image"):
-                build_image(art, engine, base, out / "image-build.log", local_tag)
+                build_image(art, image, out / "image-build.log")
     art.save()
     for note in art.notes:
         budget.say(f"note: {note}")

@@ -45,6 +45,7 @@ import urllib.error
 import urllib.request
 import zipfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,7 @@ from release.build import (
     PUBLISHED_IMAGE,
     Artifacts,
     Budget,
+    ImageBuild,
     ReleaseError,
     build,
     project_version,
@@ -85,6 +87,16 @@ server = "http://{addr}"
 CRD = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/khchecks.comcast.github.io"
 
 
+@dataclass(frozen=True)
+class Pushed:
+    """What the rehearsal pushed to its local registry, and the chart values that install from there."""
+
+    registry: str  # host:port
+    image: str  # host:port/path:tag
+    chart: str  # oci://host:port/charts/kuberhealthy
+    values: list[str]  # --set values: the image's registry and repository
+
+
 def rehearse(budget: Budget, helm: Helm, *, out: Path | None = None, node: str = "auto", node_lock: str = "",
              containerd_hosts: str = "auto", cluster: TestCluster | None = None) -> dict[str, Any]:
     """Every step; raises ReleaseError naming every problem found. Returns what was seen, per step."""
@@ -102,8 +114,8 @@ def _rehearse(budget: Budget, helm: Helm, out: Path, *, node: str, node_lock: st
               cluster: TestCluster | None) -> dict[str, Any]:
     seen: dict[str, Any] = {}
     # A local tag of this run's own: two rehearsals on one machine never untag each other's image.
-    art = build(out, budget, helm, engine="podman", base="debian",
-                local_tag=f"{LOCAL_IMAGE}:{project_version()}-rehearsal-{os.getpid()}")
+    art = build(out, budget, helm, image=ImageBuild(
+        "podman", "debian", local_tag=f"{LOCAL_IMAGE}:{project_version()}-rehearsal-{os.getpid()}"))
     problems = list(art.problems)
     seen["artifacts"] = {k: Path(v).name for k, v in (("sdist", art.sdist), ("wheel", art.wheel),
                                                       ("client_wheel", art.client_wheel), ("chart", art.chart)) if v}
@@ -119,12 +131,12 @@ def _rehearse(budget: Budget, helm: Helm, out: Path, *, node: str, node_lock: st
                     if tag not in registry.tags(repo):
                         problems.append(f"the registry lists no {repo}:{tag} after the push")
             seen.update(image=image, chart=chart)
-            values = [f"image.registry={registry.address}", f"image.repository={IMAGE_PATH}"]
+            pushed = Pushed(registry.address, image, chart,
+                            [f"image.registry={registry.address}", f"image.repository={IMAGE_PATH}"])
             with budget.part("install"), _step("install", seen, problems):
-                seen["install"] = install_on_testbed(helm, art, chart, values, image, cluster)
+                seen["install"] = install_on_testbed(helm, art, pushed, cluster)
             with _step("node", seen, problems):
-                seen["node"] = node_step(budget, helm, art, registry.address, chart, values, image, mode=node,
-                                         lock=node_lock, hosts=containerd_hosts)
+                seen["node"] = node_step(budget, helm, art, pushed, mode=node, lock=node_lock, hosts=containerd_hosts)
         finally:
             registry.stop()
     finally:
@@ -154,9 +166,9 @@ def _step(name: str, seen: dict[str, Any], problems: list[str]) -> Iterator[None
 
 # --- the test bed ----------------------------------------------------------------------------------------
 
-def install_on_testbed(helm: Helm, art: Artifacts, chart: str, values: list[str], image: str,
-                       cluster: TestCluster | None) -> str:
+def install_on_testbed(helm: Helm, art: Artifacts, pushed: Pushed, cluster: TestCluster | None) -> str:
     """Install from the OCI registry into `cluster` (or a test bed of its own); the Deployment's image."""
+    chart, values, image = pushed.chart, pushed.values, pushed.image
     own = cluster is None
     bed = start_cluster() if cluster is None else cluster
     try:
@@ -246,8 +258,8 @@ def manifest_digest(addr: str, repo: str, tag: str) -> str:
         return str(answer.headers["Docker-Content-Digest"])
 
 
-def node_step(budget: Budget, helm: Helm, art: Artifacts, addr: str, chart: str, values: list[str], image: str,
-              *, mode: str, lock: str, hosts: str) -> str:
+def node_step(budget: Budget, helm: Helm, art: Artifacts, pushed: Pushed, *, mode: str, lock: str, hosts: str) -> str:
+    addr, chart, values, image = pushed.registry, pushed.chart, pushed.values, pushed.image
     if mode == "never":
         return "skipped (--node never)"
     with _flock(lock), budget.part("node"):
@@ -392,7 +404,8 @@ def main(argv: list[str] | None = None) -> int:
                 rehearse(budget, helm, out=args.out, node=args.node, node_lock=args.node_lock,
                          containerd_hosts=args.containerd_hosts)
             elif args.command == "build":
-                art = build(args.out, budget, helm, engine=args.engine, base=args.base, expect_tag=args.expect_tag)
+                art = build(args.out, budget, helm, image=ImageBuild(args.engine, args.base),
+                            expect_tag=args.expect_tag)
                 if art.problems:
                     raise ReleaseError("; ".join(art.problems))
             else:

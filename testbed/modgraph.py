@@ -2,11 +2,12 @@
 
     python -m testbed.modgraph [PACKAGE_DIR]      one line per module: its kuberhealthy imports
     python -m testbed.modgraph --dot [DIR]        Graphviz dot
-Lazy imports (inside functions) are marked with `~`. Used for the architecture issue's before/after.
+Lazy imports (inside functions) are marked with `~`. Used to compare the graph before and after a change of layout.
 """
 from __future__ import annotations
 
 import ast
+import functools
 import sys
 from pathlib import Path
 
@@ -21,14 +22,35 @@ def modules(root: Path) -> dict[str, Path]:
     return found
 
 
+def parse(path: Path) -> ast.Module:
+    """The file's AST, parsed once per process while the file is unchanged: the layout tests walk the same
+    few hundred files again and again. Shared: read it, never change it."""
+    stat = path.stat()
+    return _parse(path, stat.st_mtime_ns, stat.st_size)
+
+
+@functools.cache
+def _parse(path: Path, mtime_ns: int, size: int) -> ast.Module:
+    return ast.parse(path.read_text())
+
+
+@functools.cache
+def _import_nodes(path: Path, mtime_ns: int, size: int) -> tuple[tuple[ast.Import | ast.ImportFrom, bool], ...]:
+    """The file's import statements, each with whether it sits inside a function (lazy)."""
+    tree = _parse(path, mtime_ns, size)
+    lazy: set[int] = set()
+    for f in ast.walk(tree):  # outer functions come first: a nested one is already inside `lazy`
+        if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and id(f) not in lazy:
+            lazy.update(id(n) for n in ast.walk(f))
+    return tuple((n, id(n) in lazy) for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)))
+
+
 def imports(name: str, path: Path, known: set[str]) -> dict[str, bool]:
     """{imported kuberhealthy module: imported lazily (inside a function)}."""
-    tree = ast.parse(path.read_text())
-    lazy_nodes = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
-                  for n in ast.walk(f)}
+    stat = path.stat()
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     out: dict[str, bool] = {}
-    for node in ast.walk(tree):
+    for node, lazy in _import_nodes(path, stat.st_mtime_ns, stat.st_size):
         targets: list[str] = []
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
@@ -43,7 +65,7 @@ def imports(name: str, path: Path, known: set[str]) -> dict[str, bool]:
             while t and t not in known:
                 t = t.rpartition(".")[0]
             if t and t != name:
-                out[t] = out.get(t, True) and id(node) in lazy_nodes
+                out[t] = out.get(t, True) and lazy
     return out
 
 

@@ -1,4 +1,5 @@
-"""`make attack`: hostile clients against a real daemon process on the test bed (CONTRACT section 13).
+"""`make attack`: hostile clients against a real daemon process on the test bed
+(docs/interface.md#under-hostile-clients).
 
 Each scenario module (slow.py, flood.py, crosssite.py, squat.py, events.py) exposes
 `run(cluster, workdir) -> list[Row]`: it starts its own daemon process(es) on the shared test bed,

@@ -1,4 +1,5 @@
-"""Cross-site run-now and odd query strings against a real daemon process (issue 21 items 3 and 6).
+"""Cross-site run-now and odd query strings against a real daemon process (docs/interface.md#run-now,
+#under-hostile-clients).
 
 A leading daemon (`enableForceMaster`, `trustedOrigins: [https://portal.example.com]`) over one khcheck
 run by the simulated kubelet. Tried, as a hostile web page could make a browser send it:

@@ -1,5 +1,5 @@
-"""`make attack` scenario "events": ReportRejected Event spam against a real daemon process (CONTRACT section
-13, fourth bullet; issue 21 item 8).
+"""`make attack` scenario "events": ReportRejected Event spam against a real daemon process
+(docs/interface.md#under-hostile-clients: at most one ReportRejected Event per check and reason a minute).
 
 A check runs once (the simulated kubelet) and its run's uuid is read from `/`, as anyone can. Then:
   strangers  that uuid (and a made-up one, and no header) posted ROUNDS times from each of 20 loopback

@@ -1,5 +1,5 @@
-"""`make attack` scenario "squat": checker pod names taken in advance (CONTRACT section 13, third bullet;
-issue 21 item 5).
+"""`make attack` scenario "squat": checker pod names taken in advance (docs/interface.md#under-hostile-clients,
+#name-labels-and-annotations).
 
 A real daemon process leads (enableForceMaster) with one check that runs every INTERVAL; before its
 first run, plain pods (no checker labels: anyone with pod create rights can make them) are created under

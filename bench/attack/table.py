@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 
 
 @dataclasses.dataclass
@@ -17,17 +16,14 @@ class Row:
     notes: list[str] = dataclasses.field(default_factory=list)
 
 
-def p99(values: list[float]) -> float:
-    """The 99th percentile (nearest rank) of `values`; NaN when empty."""
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, math.ceil(0.99 * len(ordered)) - 1)]
+def ms(value: float | None) -> str:
+    """Milliseconds as the table shows them: whole numbers, "-" when not measured."""
+    return "-" if value is None else f"{value:.0f}"
 
 
 def fmt_table(rows: list[Row]) -> str:
     head = ["scenario", "tried", "answered", "probe p99 ms", "genuine reports", "target", "verdict"]
-    body = [[r.scenario, r.tried, r.answered, "-" if r.probe_p99_ms is None else f"{r.probe_p99_ms:.0f}",
+    body = [[r.scenario, r.tried, r.answered, ms(r.probe_p99_ms),
              r.genuine, r.target, "PASS" if r.ok else "MISS"] for r in rows]
     widths = [max(len(r[i]) for r in [head, *body]) for i in range(len(head))]
 

@@ -9,9 +9,12 @@ from __future__ import annotations
 import http.client
 import json
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
 import requests
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 REPORT_PATH = "/externalCheckStatus"
 RUN_UUID_HEADER = "kh-run-uuid"
@@ -26,6 +29,15 @@ class Listener(Protocol):
 
     @property
     def port(self) -> int: ...
+
+
+class Sending(TypedDict, total=False):
+    """How a request leaves: from which source address (default: the kernel's choice), chunked or not
+    (default: with a Content-Length), and how long each socket operation may wait (default: 30 s)."""
+
+    source_ip: str | None
+    chunked: bool
+    timeout: float
 
 
 @dataclass
@@ -43,9 +55,9 @@ class Answer:
 
 
 def request(to: Listener | int, method: str, path: str, body: bytes | None = None, *,
-            headers: dict[str, str] | None = None, source_ip: str | None = None, chunked: bool = False,
-            timeout: float = 30) -> Answer:
-    """One request to `to` (a listener, or a port on 127.0.0.1), optionally from `source_ip`."""
+            headers: dict[str, str] | None = None, **how: Unpack[Sending]) -> Answer:
+    """One request to `to` (a listener, or a port on 127.0.0.1), sent as `how` says."""
+    source_ip, chunked, timeout = how.get("source_ip"), how.get("chunked", False), how.get("timeout", 30.0)
     host, port = ("127.0.0.1", to) if isinstance(to, int) else (to.host, to.port)
     conn = http.client.HTTPConnection(host, port, timeout=timeout,
                                       source_address=(source_ip, 0) if source_ip else None)
@@ -74,14 +86,14 @@ def request(to: Listener | int, method: str, path: str, body: bytes | None = Non
         conn.close()
 
 
-def post_report(to: Listener | int, body: Any, *, run_uuid: str | None = None, source_ip: str | None = None,
-                content_type: str = "application/json", chunked: bool = False) -> Answer:
+def post_report(to: Listener | int, body: Any, *, run_uuid: str | None = None,
+                content_type: str = "application/json", **how: Unpack[Sending]) -> Answer:
     """A checker's report: `body` as bytes, str or JSON, with the kh-run-uuid header when `run_uuid`."""
     raw = body if isinstance(body, bytes) else (body.encode() if isinstance(body, str) else json.dumps(body).encode())
     headers = {"Content-Type": content_type}
     if run_uuid is not None:
         headers[RUN_UUID_HEADER] = run_uuid
-    return request(to, "POST", REPORT_PATH, raw, headers=headers, source_ip=source_ip, chunked=chunked)
+    return request(to, "POST", REPORT_PATH, raw, headers=headers, **how)
 
 
 def get_json(url: str, path: str = "/", **kw: Any) -> Any:
@@ -92,7 +104,7 @@ def get_json(url: str, path: str = "/", **kw: Any) -> Any:
 
 
 def assert_one_line_plain_text(ans: Answer) -> None:
-    """A 4xx answer as the contract wants it: text/plain, one non-empty line."""
+    """A 4xx answer as docs/interface.md#report-endpoint wants it: text/plain, one non-empty line."""
     ctype = ans.headers.get("content-type", "")
     assert ctype.startswith("text/plain"), f"4xx answer is not plain text: {ans!r}"
     text = ans.text.strip()

@@ -2,14 +2,17 @@
 
 Written from the interface (docs/interface.md#custom-resources, #checker-pods), not from the product: nothing here
 imports `kuberhealthy`, so black-box tests can use it. Pure functions that return dicts; creating the objects
-through the API is testbed/cluster/objects.py. The contract's label and annotation names live here once.
+through the API is testbed/cluster/objects.py. The interface's label and annotation names live here once.
 """
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 GROUP = "comcast.github.io"
 API_VERSION = f"{GROUP}/v1"
@@ -103,10 +106,21 @@ def khstate(name: str, **spec: Any) -> dict[str, Any]:
     return {"apiVersion": API_VERSION, "kind": "KuberhealthyState", "metadata": {"name": name}, "spec": spec}
 
 
-def checker_pod(name: str, check: str | None, run_uuid: str | None, *, image: str = "kh-sim/ok",
-                env_uuid: str | None = SAME_AS_RUN, annotate: bool = True, env: Mapping[str, str] | None = None,
-                node_name: str | None = None, host_network: bool = False, labels: Mapping[str, str] | None = None,
-                finalizers: list[str] | None = None, namespace: str | None = None) -> dict[str, Any]:
+class PodShape(TypedDict, total=False):
+    """The optional parts of a checker pod (checker_pod's keywords), each with its default:"""
+
+    image: str  # "kh-sim/ok"
+    env_uuid: str | None  # KH_RUN_UUID: SAME_AS_RUN (the run's), another value, or None for none
+    annotate: bool  # True: the check-name annotation
+    env: Mapping[str, str] | None  # more env after KH_RUN_UUID
+    node_name: str | None  # None: unbound
+    host_network: bool  # False
+    labels: Mapping[str, str] | None  # more labels
+    finalizers: list[str] | None
+    namespace: str | None  # in the body's metadata
+
+
+def checker_pod(name: str, check: str | None, run_uuid: str | None, **shape: Unpack[PodShape]) -> dict[str, Any]:
     """A pod as the daemon makes one for a run: the app, check-name and run-id labels, the check-name
     annotation (unless `annotate` is False) and KH_RUN_UUID (`env_uuid`: the run's, another value, or
     None for none) before `env`. A check or run_uuid of None leaves its label (and annotation) out."""
@@ -115,19 +129,22 @@ def checker_pod(name: str, check: str | None, run_uuid: str | None, *, image: st
         meta_labels[CHECK_LABEL] = check
     if run_uuid:
         meta_labels[RUN_ID_LABEL] = run_uuid
-    meta_labels.update(labels or {})
+    meta_labels.update(shape.get("labels") or {})
+    env_uuid = shape.get("env_uuid", SAME_AS_RUN)
     value = run_uuid if env_uuid == SAME_AS_RUN else env_uuid
-    env_vars = ([{"name": RUN_UUID_ENV, "value": value}] if value else []) + env_list(env)
-    spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [{"name": "main", "image": image, "env": env_vars}]}
-    if node_name:
+    env_vars = ([{"name": RUN_UUID_ENV, "value": value}] if value else []) + env_list(shape.get("env"))
+    spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [
+        {"name": "main", "image": shape.get("image", "kh-sim/ok"), "env": env_vars}]}
+    if node_name := shape.get("node_name"):
         spec["nodeName"] = node_name
-    if host_network:
+    if shape.get("host_network"):
         spec["hostNetwork"] = True
     meta: dict[str, Any] = {"name": name, "labels": meta_labels,
-                            "annotations": {CHECK_NAME_ANNOTATION: check} if check and annotate else {}}
-    if namespace:
+                            "annotations": {CHECK_NAME_ANNOTATION: check} if check and shape.get("annotate", True)
+                            else {}}
+    if namespace := shape.get("namespace"):
         meta["namespace"] = namespace
-    if finalizers:
+    if finalizers := shape.get("finalizers"):
         meta["finalizers"] = finalizers
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
 

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import urllib.error
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from testbed.cluster.apiserver import TestCluster
 from testbed.cluster.builders import (
     CHECK_LABEL,
     MERGE_PATCH,
     NAMESPACES,
+    PodShape,
     checker_pod,
     finished_status,
     khs,
@@ -24,6 +25,10 @@ from testbed.cluster.builders import (
     pods_path,
 )
 from testbed.cluster.loopback import pod_ip
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
 
 NODE_ELSEWHERE = "testbed-node-nobody-drives"  # pods bound here are left alone by the simulated kubelet
 
@@ -80,25 +85,27 @@ def set_pod_status(cluster: TestCluster, ns: str, name: str, phase: str = "Runni
 
 
 def create_checker_pod(cluster: TestCluster, ns: str, name: str, *, check: str | None, run_uuid: str | None,
-                       phase: str | None = "Running", ip: str | None = None, node_name: str | None = NODE_ELSEWHERE,
-                       **body: Any) -> tuple[dict[str, Any], str]:
-    """A checker pod (testbed.cluster.builders.checker_pod, `body` its keywords) with the status `phase` written
-    by hand (None: no status) and pod IP `ip` (a fresh one by default). Bound to a node nobody drives
-    unless `node_name` says otherwise (None: unbound, for the simulated kubelet). Returns (pod, ip)."""
+                       phase: str | None = "Running", ip: str | None = None,
+                       **shape: Unpack[PodShape]) -> tuple[dict[str, Any], str]:
+    """A checker pod (testbed.cluster.builders.checker_pod, `shape` its keywords) with the status `phase`
+    written by hand (None: no status) and pod IP `ip` (a fresh one by default). Bound to a node nobody
+    drives unless `node_name` says otherwise (None: unbound, for the simulated kubelet). Returns (pod, ip)."""
     ip = ip or pod_ip()
-    pod = cluster.request("POST", pods_path(ns),
-                          checker_pod(name, check, run_uuid, node_name=node_name, **body))
+    shape.setdefault("node_name", NODE_ELSEWHERE)
+    pod = cluster.request("POST", pods_path(ns), checker_pod(name, check, run_uuid, **shape))
     if phase:
         set_pod_status(cluster, ns, name, phase, ip)
     return pod, ip
 
 
 def create_finished_pod(cluster: TestCluster, ns: str, name: str, check: str, phase: str, hours_ago: float, *,
-                        run_uuid: str | None = None, node_name: str | None = NODE_ELSEWHERE) -> None:
+                        run_uuid: str | None = None, **shape: Unpack[PodShape]) -> None:
     """A checker pod of a past run of `check` whose container ended (Succeeded, Failed) or started
-    (Running) `hours_ago`; Pending: no status at all."""
-    cluster.request("POST", pods_path(ns), checker_pod(name, check, run_uuid or str(uuid.uuid4()), node_name=node_name,
-                                                       image="example.invalid/checker:1"))
+    (Running) `hours_ago`; Pending: no status at all. Bound to a node nobody drives and of a made-up
+    image unless `shape` (checker_pod's keywords) says otherwise."""
+    shape.setdefault("node_name", NODE_ELSEWHERE)
+    shape.setdefault("image", "example.invalid/checker:1")
+    cluster.request("POST", pods_path(ns), checker_pod(name, check, run_uuid or str(uuid.uuid4()), **shape))
     if phase != "Pending":
         cluster.request("PATCH", pods_path(ns, name) + "/status", finished_status(phase, hours_ago, pod_ip()),
                         content_type=MERGE_PATCH)

@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flask import Flask
 from werkzeug.serving import BaseWSGIServer, make_server
@@ -24,16 +24,20 @@ from kuberhealthy.daemon.services import Services, build
 from kuberhealthy.kube import KHSTATES, Kube
 from kuberhealthy.records import khstate
 from kuberhealthy.records.checkspec import CheckSpec
-from kuberhealthy.records.history import RunRecord, apply_run
+from kuberhealthy.records.history import RunFacts, RunRecord, apply_run
 from kuberhealthy.web import create_app
 from testbed.cluster.apiserver import TestCluster
-from testbed.cluster.builders import khcheck, khs
+from testbed.cluster.builders import PodShape, khcheck, khs
 from testbed.cluster.builders import khstate as khstate_body
 from testbed.cluster.loopback import free_port, pod_ip
 from testbed.cluster.objects import create_checker_pod, set_pod_status
 from testbed.wait import wait_for
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
 POD_NAME = "kh-test-0"  # the in-process daemon's (and the web services') POD_NAME
+REPORTING_URL = "http://127.0.0.1/externalCheckStatus"  # PodMaker.pod: KH_REPORTING_URL unless given another
 
 
 # --- serving a WSGI app ---------------------------------------------------------------------------------
@@ -149,10 +153,11 @@ def history_keys(outcomes: str, now: float) -> dict[str, Any]:
     for i, o in enumerate(outcomes):
         start = now - (len(outcomes) - i) * 60
         if o == "o":
-            record = RunRecord.reported(f"run-{i}", start, 1.5, "node-1", f"pod-{i}", {"OK": True, "Errors": []})
+            record = RunRecord.reported(RunFacts(f"run-{i}", start, 1.5, "node-1", f"pod-{i}"),
+                                        {"OK": True, "Errors": []})
         else:
-            record = RunRecord.failed(f"run-{i}", start, 2.5, "node-1", f"pod-{i}", "timed out", [f"broken {i}"],
-                                      logs=f"checker said {i}\n")
+            record = RunRecord.failed(RunFacts(f"run-{i}", start, 2.5, "node-1", f"pod-{i}"), "timed out",
+                                      [f"broken {i}"], logs=f"checker said {i}\n")
         spec.update(apply_run(spec, record, 24, start + 2))
     return spec
 
@@ -200,19 +205,17 @@ class PodMaker:
         got: dict[str, Any] = self.cluster.request("GET", khs(namespace or self.namespace, check))
         return got
 
-    def pod(self, check: str, run_uuid: str, ip: str | None = None, *, annotate: bool = True,
-            env_uuid: str | None = None, with_env: bool = True, running: bool = True,
-            name: str | None = None, wait: bool = True, image: str = "kh-sim/ok",
-            reporting_url: str = "http://127.0.0.1/externalCheckStatus", extra_env: dict[str, str] | None = None,
-            host_network: bool = False, node_name: str | None = None) -> CheckerPod:
-        """A checker pod as the runner creates it; `running` writes its status by hand (no kubelet)."""
+    def pod(self, check: str, run_uuid: str, ip: str | None = None, *, running: bool = True, wait: bool = True,
+            name: str | None = None, **shape: Unpack[PodShape]) -> CheckerPod:
+        """A checker pod as the runner creates it (`shape`: checker_pod's keywords; unbound unless
+        `node_name`, and KH_REPORTING_URL is 127.0.0.1 unless `env` names another); `running` writes its
+        status by hand (no kubelet)."""
         name = name or f"{check}-{uuid.uuid4().hex[:8]}"
         ip = ip or pod_ip()
-        _, ip = create_checker_pod(
-            self.cluster, self.namespace, name, check=check, run_uuid=run_uuid, phase=None, ip=ip,
-            node_name=node_name, image=image, annotate=annotate, host_network=host_network,
-            env_uuid=(env_uuid if env_uuid is not None else run_uuid) if with_env else None,
-            env={"KH_REPORTING_URL": reporting_url, **(extra_env or {})})
+        shape.setdefault("node_name", None)
+        shape["env"] = {"KH_REPORTING_URL": REPORTING_URL, **(shape.get("env") or {})}
+        _, ip = create_checker_pod(self.cluster, self.namespace, name, check=check, run_uuid=run_uuid, phase=None,
+                                   ip=ip, **shape)
         if running:
             self.set_running(name, ip)
         if wait and self.services is not None:

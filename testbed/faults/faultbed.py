@@ -1,5 +1,6 @@
 """A fault bed: the real test bed, the simulated kubelet, the daemon as real processes, observers, and
-the faults of issue 9 (docs/interface.md#under-faults), each measured from the outside.
+the faults of docs/interface.md#under-faults (an API server that restarts, freezes, lags or is
+unreachable), each measured from the outside.
 
 Used by bench/faults_bench.py (`make faults`, the full scenarios) and tests/integration/test_faults.py (short
 regression versions); verdict.evaluate(bed, ...) turns what the bed observed into an Outcome. Every
@@ -8,7 +9,7 @@ observers in observe.py (audit log, pod watch, HTTP polls), never from the produ
 Everything a scenario produced stays in its work dir: the daemon logs (`<replica>.log`), the API
 server log and audit log (`cluster/`), `bed.log` (simulated kubelet, observers) and `timeline.txt`.
 
-It does not judge performance beyond the contract's "within N seconds" promises.
+It does not judge performance beyond the "within N seconds" promises of docs/interface.md#under-faults.
 """
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ from testbed.faults.tcpproxy import TcpProxy
 from testbed.sim.kubelet import SimKubelet
 from testbed.wait import wait_for
 
-RECOVERY_LIMIT = 60.0  # seconds: the contract's "first good run after the fault" for short intervals
+RECOVERY_LIMIT = 60.0  # seconds: "a good run again at its first due time" (#under-faults), short intervals
 
 logger = logging.getLogger(__name__)
 

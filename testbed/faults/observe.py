@@ -29,7 +29,7 @@ import urllib3
 
 from testbed.clients.formats import parse_rfc3339
 from testbed.cluster.builders import APP_SELECTOR, CHECK_LABEL, RUN_ID_LABEL
-from testbed.sim.api import OpenStream
+from testbed.sim.rawapi import OpenStream
 
 logger = logging.getLogger(__name__)
 

@@ -23,11 +23,11 @@ import subprocess
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from testbed.cluster.builders import MERGE_PATCH, TOKEN_FILE_ENV
 from testbed.sim import podstatus
-from testbed.sim.api import RawApi, SimApiError
 from testbed.sim.behaviours import (
     FROM_NODE,
     FROM_POD,
@@ -45,8 +45,9 @@ from testbed.sim.behaviours import (
     first_container,
 )
 from testbed.sim.logs import Transcript
+from testbed.sim.rawapi import RawApi, SimApiError
 from testbed.sim.records import PodRecord
-from testbed.sim.report import InFlight, run_deadline, send_report
+from testbed.sim.report import InFlight, Report, run_deadline, send_report
 from testbed.sim.timings import Timings
 from testbed.sim.tokens import TokenMinter, expired_copy, map_paths, projections
 
@@ -56,12 +57,22 @@ REPORTING_BEHAVIOURS = (Behaviour.OK, Behaviour.SLOW, Behaviour.FAIL, Behaviour.
 EXIT_OOM = 137  # 128 + SIGKILL, as the kernel's OOM killer leaves a container (reason OOMKilled)
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where a pod runs: its node and that node's address, its own address, and whether the kubelet
+    binds it (False: it was created already bound to the node)."""
+
+    node: str
+    host_ip: str
+    pod_ip: str
+    bind: bool
+
+
 class PodDriver:
     """Drives one pod; start() once, cancel() any time (idempotent), join() after cancel()."""
 
     def __init__(self, api: RawApi, pod: dict[str, Any], record: PodRecord, *, behaviour: Behaviour,
-                 node: str, host_ip: str, pod_ip: str, bind: bool, minter: TokenMinter | None = None,
-                 timings: Timings | None = None) -> None:
+                 placement: Placement, minter: TokenMinter | None = None, timings: Timings | None = None) -> None:
         self._api = api
         self._timings = timings  # None: everything at once (timings.FAST)
         self._minter = minter  # None: projected tokens are not minted (no files)
@@ -69,10 +80,10 @@ class PodDriver:
         self.record = record
         self.behaviour = behaviour
         self.uid = record.uid
-        self._node = node
-        self._host_ip = host_ip
-        self.pod_ip = pod_ip
-        self._bind = bind
+        self._node = placement.node
+        self._host_ip = placement.host_ip
+        self.pod_ip = placement.pod_ip
+        self._bind = placement.bind
         self._cancel = threading.Event()
         self._lock = threading.Lock()
         self._proc: subprocess.Popen[bytes] | None = None
@@ -325,8 +336,8 @@ class PodDriver:
         if settings.body is None:
             self._say(*(f"error: {e}" for e in ([] if ok else settings.errors)))
         self._say(f"reporting {'OK' if ok else 'failure'} to {url}")
-        result = send_report(url, body, run_uuid, self._source_ip(settings), self._cancel,
-                             deadline=run_deadline(env), inflight=self._inflight, token=token)
+        result = send_report(Report(url, body, run_uuid, token), self._source_ip(settings), self._cancel,
+                             deadline=run_deadline(env), inflight=self._inflight)
         self.record.report = result
         self._say(f"report {result.outcome.value if result.outcome else 'ended'}: HTTP {result.status or '-'}")
         self.record.reported = result.at

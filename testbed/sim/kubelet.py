@@ -3,7 +3,7 @@
 The test API server has no scheduler or kubelet, so pods would stay Pending forever. SimKubelet plays
 both: it binds each new pod to one of its nodes, writes realistic status (loopback pod IPs), runs the
 behaviour named by the image (see README.md) and honours deletion and eviction by deleting terminating
-pods with grace 0: at once, or (realistic=True, timings.py) the way a real kubelet does, the container
+pods with grace 0: at once, or (timings=REAL, timings.py) the way a real kubelet does, the container
 stopped with exit 143 and the object removed seconds later. Everything is driven by one watch
 (re-listing on 410, resuming on errors); each pod gets its own thread (driver.py), and force deletions
 go through a small pool so the watch never blocks on them. The nodes' kubelet endpoint, where the API
@@ -30,13 +30,13 @@ from kubernetes.watch.watch import iter_resp_lines
 from testbed.cluster import loopback
 from testbed.cluster.builders import MERGE_PATCH
 from testbed.sim import logs, podstatus
-from testbed.sim.api import DEFAULT_POOL_SIZE, OpenStream, RawApi, SimApiError
 from testbed.sim.behaviours import behaviour_for_image, first_container
-from testbed.sim.driver import PodDriver
+from testbed.sim.driver import Placement, PodDriver
+from testbed.sim.rawapi import DEFAULT_POOL_SIZE, OpenStream, RawApi, SimApiError
 from testbed.sim.records import PodRecord, ReportResult
 from testbed.sim.retry import backoff
 from testbed.sim.terminate import Terminator
-from testbed.sim.timings import Timings, timings_for
+from testbed.sim.timings import FAST, Timings
 from testbed.sim.tokens import TokenMinter
 
 logger = logging.getLogger(__name__)
@@ -59,15 +59,15 @@ class SimKubelet:
     """Bind, run and clean up pods in one namespace (or all) of a test API server. Single use:
     start() once, stop() (idempotent) once done. Two kubelets must not watch overlapping namespaces."""
 
-    def __init__(self, kubeconfig_path: str, nodes: int = 3, namespace: str | None = None,
+    def __init__(self, kubeconfig_path: str, *, nodes: int = 3, namespace: str | None = None,
                  node_prefix: str = "sim-node", pool_size: int = DEFAULT_POOL_SIZE,
-                 signing_key: Path | None = None, realistic: bool = False, timings: Timings | None = None) -> None:
+                 signing_key: Path | None = None, timings: Timings = FAST) -> None:
         """`pool_size`: API connections kept for reuse; about the number of pods driven at once (one
         thread each), or every call beyond it pays a new TLS handshake. `signing_key`: the cluster's
         ServiceAccount signing key, for checkers that send an expired token (SIM_TOKEN=expired).
-        `realistic`: a real kubelet's timings (timings.REAL: Running after ~1 s, the pod IP on a later
-        sync, graceful deletion: exit 143, Failed while Terminating, removed ~10 s later); `timings`
-        sets each of them (default: everything at once, so the fast tests stay fast)."""
+        `timings`: how long each step takes; timings.REAL is a real kubelet's (Running after ~1 s, the
+        pod IP on a later sync, graceful deletion: exit 143, Failed while Terminating, removed ~10 s
+        later), the default FAST does everything at once, so the fast tests stay fast."""
         self.kubeconfig_path = str(kubeconfig_path)
         self.namespace = namespace
         self.pool_size = pool_size
@@ -92,7 +92,7 @@ class SimKubelet:
         self.watch_requests = 0  # watch requests opened (for tests: a dropped stream was resumed)
         self._watch_thread = threading.Thread(target=self._watch_loop, name="sim-watch", daemon=True)
         self._deleter = ThreadPoolExecutor(max_workers=4, thread_name_prefix="sim-delete")
-        self.timings = timings_for(realistic, timings)
+        self.timings = timings
         self._terminator = Terminator(lambda: self._api, self.timings, self._stop, self._delete_now)
 
     # --- lifecycle ----------------------------------------------------------------------------------
@@ -346,8 +346,9 @@ class SimKubelet:
                            log=logs.PodLog(tuple(str(c.get("name", "")) for c in
                                                  (pod.get("spec") or {}).get("containers") or [])))
         assert self._api is not None
-        driver = PodDriver(self._api, pod, record, behaviour=behaviour, node=node, host_ip=host_ip,
-                           pod_ip=pod_ip, bind=bind, minter=self.tokens, timings=self.timings)
+        driver = PodDriver(self._api, pod, record, behaviour=behaviour,
+                           placement=Placement(node=node, host_ip=host_ip, pod_ip=pod_ip, bind=bind),
+                           minter=self.tokens, timings=self.timings)
         with self._lock:
             if self._stop.is_set():
                 if not host_network:

@@ -23,6 +23,7 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from testbed.sim.records import Outcome, ReportResult
 from testbed.sim.retry import backoff, honour_retry_after, retry_after_seconds
@@ -36,6 +37,17 @@ MIN_ATTEMPT_TIMEOUT = 1.0  # seconds: even the attempt at the deadline gets this
 BACKOFF_BASE = 0.5  # seconds: the first retry waits about this long (as checkclient.py)
 BACKOFF_MAX = 10.0  # seconds: no wait between attempts is longer, unless Retry-After asks for it
 MAX_ANSWER = 1 << 20
+
+
+@dataclass(frozen=True)
+class Report:
+    """What a checker sends: its JSON body to `url`, with the kh-run-uuid header when `run_uuid` and
+    `Authorization: Bearer <token>` when `token`."""
+
+    url: str
+    body: bytes
+    run_uuid: str | None = None
+    token: str | None = None
 
 
 class ReportRefused(Exception):
@@ -132,14 +144,14 @@ def _post(target: tuple[str, int, str], headers: dict[str, str], body: bytes, so
         sock.close()
 
 
-def send_report(url: str, body: bytes, run_uuid: str | None, source_ip: str, cancel: threading.Event, *,
-                deadline: float | None = None, retry_window: float = DEFAULT_RETRY_WINDOW,
-                inflight: InFlight | None = None, token: str | None = None) -> ReportResult:
-    """POST body to url from source_ip, retrying transient failures until `deadline` (unix seconds;
-    None: `retry_window` seconds from now) or until `cancel` is set. Never raises.
+def send_report(report: Report, source_ip: str, cancel: threading.Event, *, deadline: float | None = None,
+                inflight: InFlight | None = None) -> ReportResult:
+    """POST the report from source_ip, retrying transient failures until `deadline` (unix seconds;
+    None: DEFAULT_RETRY_WINDOW seconds from now) or until `cancel` is set. Never raises.
 
     At least one attempt is made unless `cancel` is already set. `inflight` lets the caller cut an
-    attempt under way when it sets `cancel`. `token` is sent as `Authorization: Bearer <token>`."""
+    attempt under way when it sets `cancel`."""
+    url, body, run_uuid, token = report.url, report.body, report.run_uuid, report.token
     result = ReportResult(url=url, source_ip=source_ip, body=body, uuid_header=run_uuid, bearer=token is not None)
     try:
         ip, port, path, host = _loopback_target(url)
@@ -153,7 +165,7 @@ def send_report(url: str, body: bytes, run_uuid: str | None, source_ip: str, can
     if token is not None:
         headers["Authorization"] = f"Bearer {token}"
     inflight = inflight or InFlight()
-    window = retry_window if deadline is None else deadline - time.time()
+    window = DEFAULT_RETRY_WINDOW if deadline is None else deadline - time.time()
     give_up_at = time.monotonic() + window  # the deadline on the monotonic clock: immune to clock steps
     while not cancel.is_set():
         result.attempts += 1

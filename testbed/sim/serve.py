@@ -34,25 +34,16 @@ from typing import Any
 
 import urllib3
 
-from testbed.sim.api import DEFAULT_POOL_SIZE
 from testbed.sim.kubelet import SimKubelet
+from testbed.sim.rawapi import DEFAULT_POOL_SIZE
 from testbed.sim.records import PodRecord
+from testbed.stats import summary
 
 logger = logging.getLogger("testbed.sim.serve")
 
 SAMPLE_EVERY = 1.0  # seconds between thread-count samples
 POLL = 0.2  # seconds between looks at the signal flag
 RECORD_FIELDS = ("seen", "bound", "running", "reported", "exited", "terminating", "deleted")
-
-
-def percentiles(values: list[float]) -> dict[str, float | int | None]:
-    """count, p50, p99 and max of values (None when there are none)."""
-    if not values:
-        return {"count": 0, "p50": None, "p99": None, "max": None}
-    s = sorted(values)
-    def at(p: float) -> float:
-        return s[min(len(s) - 1, round(p / 100 * (len(s) - 1)))]
-    return {"count": len(s), "p50": at(50), "p99": at(99), "max": s[-1]}
 
 
 def _gap(rec: PodRecord, a: str, b: str) -> float | None:
@@ -95,7 +86,7 @@ def summarise(records: list[PodRecord]) -> dict[str, Any]:
             retried_reports += rec.report.attempts > 1
         errors += len(rec.errors)
         api_retries += rec.api_retries
-    return {"pods": len(records), "lags": {k: percentiles(v) for k, v in gaps.items()},
+    return {"pods": len(records), "lags": {k: summary(v) for k, v in gaps.items()},
             "report_statuses": dict(statuses), "report_outcomes": dict(outcomes),
             "reports_retried": retried_reports, "api_retries": api_retries, "simulator_errors": errors}
 

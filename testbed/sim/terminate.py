@@ -14,8 +14,8 @@ import time
 from collections.abc import Callable
 
 from testbed.cluster.builders import MERGE_PATCH
-from testbed.sim.api import RawApi, SimApiError
 from testbed.sim.driver import PodDriver
+from testbed.sim.rawapi import RawApi, SimApiError
 from testbed.sim.timings import Timings
 
 logger = logging.getLogger(__name__)

@@ -7,8 +7,8 @@ vanishes. Tests stay fast, but they never see what a run meets on a real node (m
 than the first Pending one, and a deleted pod's container is stopped (SIGTERM: exit 143), the pod is
 Failed while still Terminating, and the object disappears only 8.8-41.8 s after the delete.
 
-`SimKubelet(..., realistic=True)` uses REAL; `timings=Timings(...)` sets each delay. The driver
-(driver.py) applies the start-up delays; the graceful deletion is terminate.py's.
+`SimKubelet(..., timings=REAL)` takes a real kubelet's time; `timings=Timings(...)` sets each delay.
+The driver (driver.py) applies the start-up delays; the graceful deletion is terminate.py's.
 """
 from __future__ import annotations
 
@@ -31,10 +31,3 @@ FAST = Timings()
 # A real kubelet's, rounded (kubelet 1.20 on the test bed's real node): see testbed/README.md.
 REAL = Timings(running_after=1.0, ip_after=0.5, graceful=True, stop_after=0.5, remove_after=10.0,
                remove_finished_after=1.0)
-
-
-def timings_for(realistic: bool, timings: Timings | None) -> Timings:
-    """SimKubelet's `realistic` / `timings` arguments: explicit timings win, then REAL, then FAST."""
-    if timings is not None:
-        return timings
-    return REAL if realistic else FAST

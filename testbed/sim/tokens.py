@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from testbed.sim.api import RawApi, SimApiError
+from testbed.sim.rawapi import RawApi, SimApiError
 
 logger = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@ replicas that do not lead.
 
 Someone else ("other-replica") holds the Lease, so the replicas started here never run anything: every
 khstate, khcheck, khjob and checker pod is written by the test, and the HTTP answers are compared with
-them. Section 7: every replica serves HTTP and accepts reports; only the leader runs checks.
+them. Every replica serves HTTP and accepts reports; only the leader runs checks.
 """
 from __future__ import annotations
 

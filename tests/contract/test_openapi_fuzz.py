@@ -9,8 +9,8 @@ from a checker pod) or a run request for a real check, so afterwards no khstate 
 khcheck carries a run-now request. Bounded: a few dozen examples per operation (reports fewer: each
 unknown caller waits briefly for the pod cache), well under a minute in all.
 
-Free-text query parameters are generated as odd strings on purpose (CONTRACT section 13: malformed
-query strings get 4xx, never 5xx): the fuzz loads the served document and marks each of them with a
+Free-text query parameters are generated as odd strings on purpose (malformed query strings
+get 4xx, never 5xx): the fuzz loads the served document and marks each of them with a
 string format whose strategy makes token-shaped values with non-ASCII digits (`x.².y`: "²".isdigit() is
 true, int("²") raises), signs, underscores, long digit runs, NULs and plain random text.
 """

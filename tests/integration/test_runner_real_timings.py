@@ -32,7 +32,7 @@ REPORT_IN = "timed out waiting for checker pod to report in"
 def kubelet(cluster: TestCluster, namespace: str) -> Iterator[SimKubelet]:
     """The simulated kubelet with a real kubelet's timings."""
     sim = SimKubelet(str(cluster.kubeconfig), nodes=1, namespace=namespace, signing_key=cluster.sa_key,
-                     realistic=True)
+                     timings=REAL)
     sim.start()
     try:
         yield sim

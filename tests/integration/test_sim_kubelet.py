@@ -9,7 +9,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -18,9 +18,9 @@ from testbed.cluster.apiserver import TestCluster
 from testbed.cluster.builders import container, pods_path
 from testbed.cluster.objects import get_or_none
 from testbed.sim import kubelet as kubelet_module
-from testbed.sim.api import RawApi, SimApiError
 from testbed.sim.behaviours import Behaviour, behaviour_for_image
 from testbed.sim.kubelet import SimKubelet
+from testbed.sim.rawapi import RawApi, SimApiError
 from testbed.sim.receiver import Answer, ReportReceiver
 from testbed.sim.records import Outcome
 from testbed.sim.retry import retry_after_seconds
@@ -29,18 +29,18 @@ from testbed.wait import wait_for
 DEADLINE = 30.0
 
 
-def make_pod(cluster: TestCluster, namespace: str, name: str, image: str, env: dict[str, str] | None = None,
-             *, command: list[str] | None = None, host_network: bool = False, node: str | None = None,
-             extra_env: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    c = container(image, env=env)
-    c["env"] += extra_env or []
+def make_pod(cluster: TestCluster, namespace: str, name: str, image: str,
+             env: Mapping[str, str] | list[dict[str, Any]] | None = None, *, command: list[str] | None = None,
+             host_node: str | None = None) -> dict[str, Any]:
+    """A pod of one container; `env` as names and values, or as the container's env entries (valueFrom...);
+    `host_node`: on the host network of that node (bound to it)."""
+    c = container(image, env=env if isinstance(env, Mapping) else None)
+    c["env"] += env if isinstance(env, list) else []
     if command:
         c["command"] = command
     spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [c]}
-    if host_network:
-        spec["hostNetwork"] = True
-    if node:
-        spec["nodeName"] = node
+    if host_node:
+        spec.update(hostNetwork=True, nodeName=host_node)
     body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace},
             "spec": spec}
     return dict(cluster.request("POST", pods_path(namespace), body))
@@ -229,8 +229,7 @@ def test_host_network_pods_share_their_node_ip_and_report_from_it(
         cluster: TestCluster, namespace: str, kubelet: SimKubelet, receiver: ReportReceiver) -> None:
     node, node_ip = kubelet.nodes[0]
     for name in ("hostnet-a", "hostnet-b"):
-        make_pod(cluster, namespace, name, "kh-sim/hang", report_env(receiver, name),
-                 host_network=True, node=node)
+        make_pod(cluster, namespace, name, "kh-sim/hang", report_env(receiver, name), host_node=node)
     pods = [wait_phase(cluster, namespace, n, "Running") for n in ("hostnet-a", "hostnet-b")]
     assert [p["status"]["podIP"] for p in pods] == [node_ip, node_ip]
     wait_for(lambda: len(receiver.from_ip(node_ip)) == 2, DEADLINE, what="two reports from the node IP")
@@ -247,8 +246,8 @@ def test_exec_runs_the_real_command_with_the_pod_env(
     field_env = [{"name": n, "valueFrom": {"fieldRef": {"fieldPath": p}}}
                  for n, p in (("MY_NS", "metadata.namespace"), ("MY_NAME", "metadata.name"),
                               ("MY_IP", "status.podIP"))]
-    make_pod(cluster, namespace, "exec", "kh-sim/exec", {"KH_RUN_UUID": "u-7"},
-             command=[sys.executable, "-c", script], extra_env=field_env)
+    make_pod(cluster, namespace, "exec", "kh-sim/exec", [{"name": "KH_RUN_UUID", "value": "u-7"}, *field_env],
+             command=[sys.executable, "-c", script])
     pod = wait_phase(cluster, namespace, "exec", "Failed")
     assert state_of(pod)["terminated"]["exitCode"] == 3
     record = kubelet.record(namespace, "exec")

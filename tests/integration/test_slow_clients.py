@@ -1,4 +1,4 @@
-"""Slow and excess clients against the daemon as users run it (CONTRACT section 13, first bullet): a
+"""Slow and excess clients against the daemon as users run it (docs/interface.md#under-hostile-clients): a
 connection reaches a server thread only once its whole request is in, within its deadlines, and the
 connection caps close the oldest waiting connection, never the new one.
 

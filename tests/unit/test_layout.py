@@ -4,13 +4,17 @@ The contract tests are black-box: they and every test bed module they use (direc
 test bed modules), and the pytest plugin that is loaded for them, import nothing of `kuberhealthy`.
 Within the test bed only testbed/daemons/inprocess.py (the in-process daemon) and testbed/fakes/ (in-memory fakes
 of the product's seams, for unit tests) may import the product. Tests import the test bed, never each
-other or a conftest.
+other or a conftest. And the test bed keeps its rooms (testbed/README.md "Rooms"): only the kit at the
+top, rooms that are packages saying what they hold, no two modules of one name across testbed/ and
+bench/, one home for the percentile and CPU-seconds helpers, and the release pipeline outside.
 """
 from __future__ import annotations
 
+import ast
+import re
 from pathlib import Path
 
-from testbed.modgraph import imports, modules
+from testbed.modgraph import imports, modules, parse
 from testbed.paths import REPO
 
 PLUGIN = "testbed.pytest_plugin"
@@ -74,3 +78,71 @@ def test_tests_import_no_other_test_module_and_no_conftest() -> None:
     offenders = {m: sorted(d for d in ds if d.rpartition(".")[2].startswith("test_") or d.endswith(".conftest"))
                  for m, ds in deps.items() if m.split(".")[0] == "tests"}
     assert {m: d for m, d in offenders.items() if d} == {}
+
+
+# --- the test bed's rooms (testbed/README.md "Rooms") ------------------------------------------------------
+
+TESTBED = REPO / "testbed"
+BENCH = REPO / "bench"
+# The kit: what may sit at the top of testbed/, beside the rooms.
+KIT = {"__init__", "paths", "wait", "procs", "stats", "budget", "terminal", "modgraph", "pytest_plugin"}
+# Module basenames that may occur more than once across testbed/ and bench/, each with its reason. Keep empty.
+SHARED_NAMES: dict[str, str] = {}
+# A helper that has one home: testbed/stats.py.
+HELPER_NAME = re.compile(r"(percentile\w*|quantile\w*|pct|p50|p95|p99|cpu_seconds)")
+STATS = TESTBED / "stats.py"
+
+
+def _sources(*roots: Path) -> list[Path]:
+    return sorted(p for root in roots for p in root.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def _rooms() -> list[Path]:
+    return sorted(d for d in TESTBED.iterdir() if d.is_dir() and d.name != "__pycache__" and any(d.rglob("*.py")))
+
+
+def test_the_top_of_the_test_bed_holds_only_the_kit() -> None:
+    top = {p.stem for p in TESTBED.glob("*.py")}
+    assert top - KIT == set(), "a module at the top of testbed/ that is not the kit: put it in a room"
+
+
+def test_every_room_of_the_test_bed_is_a_package_that_says_what_it_holds() -> None:
+    rooms = _rooms()
+    assert {"cluster", "sim", "fakes", "daemons"} <= {r.name for r in rooms}  # the walk sees what it should
+    for room in rooms:
+        init = room / "__init__.py"
+        assert init.is_file(), f"testbed/{room.name}/ is not a package"
+        assert ast.get_docstring(ast.parse(init.read_text())), f"testbed/{room.name}/__init__.py has no docstring"
+
+
+def test_no_two_modules_of_the_test_bed_and_the_benchmarks_share_a_name() -> None:
+    by_name: dict[str, list[str]] = {}
+    for path in _sources(TESTBED, BENCH):
+        if path.stem not in ("__init__", "__main__"):
+            by_name.setdefault(path.name, []).append(str(path.relative_to(REPO)))
+    assert len(by_name) > 50  # the walk sees what it should
+    shared = {name: paths for name, paths in by_name.items() if len(paths) > 1 and name not in SHARED_NAMES}
+    assert shared == {}, "two modules of one name: rename one after what it holds"
+
+
+def test_percentiles_and_cpu_seconds_are_defined_only_in_testbed_stats() -> None:
+    found: dict[str, list[str]] = {}
+    for path in [*_sources(TESTBED, BENCH), *_sources(REPO / "release")]:
+        for node in ast.walk(parse(path)):  # parsed once per session
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and HELPER_NAME.fullmatch(node.name):
+                found.setdefault(str(path.relative_to(REPO)), []).append(node.name)
+    assert found.pop(str(STATS.relative_to(REPO)), None) == ["percentile", "cpu_seconds"]
+    assert found == {}, "use testbed.stats (percentile, summary, cpu_seconds) instead"
+
+
+def test_the_release_pipeline_is_not_in_the_test_bed_and_runs_as_python_m_release() -> None:
+    importing: dict[str, list[str]] = {}
+    for path in _sources(TESTBED):
+        for node in ast.walk(parse(path)):  # parsed once per session
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            if any(n.split(".")[0] == "release" for n in names):
+                importing[str(path.relative_to(REPO))] = names
+    assert importing == {}, "the test bed imports the release pipeline"
+    assert not any(p.stem.startswith("release") for p in _sources(TESTBED)), "a release module in testbed/"
+    assert (REPO / "release" / "__init__.py").is_file() and (REPO / "release" / "__main__.py").is_file()

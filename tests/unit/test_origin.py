@@ -1,4 +1,4 @@
-"""Cross-origin protection of run now (web/origin.py, CONTRACT section 12 "Run now"): Go 1.25's
+"""Cross-origin protection of run now (web/origin.py, docs/interface.md#run-now): Go 1.25's
 CrossOriginProtection rules, the refusal of form-typed bodies, config trustedOrigins (validated at load,
 applied on reload), and the run route over the in-memory fakes: a refused request sets no annotation and
 raises no Event; the dashboard's own same-origin request and curl still get 202."""

@@ -1,4 +1,4 @@
-"""Odd query strings and headers get 4xx, never 5xx (CONTRACT section 13, last bullet): the dashboard's
+"""Odd query strings and headers get 4xx, never 5xx (docs/interface.md#dashboard): the dashboard's
 `since` tokens are read with ASCII digits only and a bounded length (web/dashboard/changelog.py), and a
 malformed one gets a one-line 400 (web/dashboard/routes.py); every GET endpoint is tried with odd query
 strings, and /metrics with an OpenMetrics `version` that is no version (prometheus-client raises on it).

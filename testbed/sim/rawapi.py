@@ -98,10 +98,10 @@ class RawApi:
         return json.loads(text) if text else {}
 
     def call_until(self, stop: threading.Event, method: str, path: str, body: Any = None, *,
-                   query: dict[str, Any] | None = None, content_type: str = "application/json",
-                   timeout: tuple[float, float] = CALL_TIMEOUT,
+                   content_type: str = "application/json",
                    on_retry: Callable[[SimApiError], None] | None = None) -> dict[str, Any] | None:
-        """call(), retrying transient errors until it gets an answer or `stop` is set.
+        """call() (no query, the ordinary timeout), retrying transient errors until it gets an answer or
+        `stop` is set.
 
         Returns the answer, or None when `stop` was set first (nothing more is sent then); raises
         SimApiError for a final answer (a 4xx other than 429). `on_retry` sees every retried error.
@@ -111,7 +111,7 @@ class RawApi:
         while not stop.is_set():
             attempt += 1
             try:
-                return self.call(method, path, body, query=query, content_type=content_type, timeout=timeout)
+                return self.call(method, path, body, content_type=content_type)
             except SimApiError as e:
                 if stop.is_set():
                     break

@@ -1,0 +1,62 @@
+"""The test bed's one percentile (nearest rank) and one CPU-seconds helper (testbed/stats.py)."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from testbed.stats import cpu_seconds, percentile, summary
+
+TEN = [float(v) for v in range(10, 0, -1)]  # 10.0 .. 1.0, unsorted on purpose
+
+
+def test_the_percentile_of_no_values_is_none() -> None:
+    assert percentile([], 50) is None
+    assert percentile(iter(()), 0) is None
+
+
+def test_every_percentile_of_one_value_is_that_value() -> None:
+    assert [percentile([7.0], p) for p in (0, 1, 50, 99, 100)] == [7.0] * 5
+
+
+def test_p0_is_the_smallest_and_p100_the_largest() -> None:
+    assert (percentile(TEN, 0), percentile(TEN, 100)) == (1.0, 10.0)
+
+
+def test_p50_is_the_value_at_rank_ceil_of_half_n() -> None:
+    assert percentile(TEN, 50) == 5.0  # rank 5 of 10, not an average of 5 and 6
+    assert percentile([1.0, 2.0, 3.0], 50) == 2.0  # rank ceil(1.5) = 2
+    assert percentile([1.0, 2.0], 50) == 1.0  # rank 1
+
+
+def test_p99_is_the_largest_value_up_to_a_hundred_values_and_the_next_to_largest_at_a_hundred() -> None:
+    assert percentile(TEN, 99) == 10.0  # rank ceil(9.9) = 10
+    hundred = [float(v) for v in range(1, 101)]
+    assert percentile(hundred, 99) == 99.0  # rank 99 exactly
+    assert percentile([*hundred, 101.0], 99) == 100.0  # rank ceil(99.99) = 100
+
+
+def test_a_percentile_outside_0_to_100_is_refused() -> None:
+    with pytest.raises(ValueError):
+        percentile(TEN, 101)
+    with pytest.raises(ValueError):
+        percentile(TEN, -1)
+
+
+def test_the_summary_counts_and_gives_p50_p99_and_max() -> None:
+    assert summary(TEN) == {"count": 10, "p50": 5.0, "p99": 10.0, "max": 10.0}
+
+
+def test_the_summary_of_no_values_has_a_zero_count_and_no_figures() -> None:
+    assert summary([]) == {"count": 0, "p50": None, "p99": None, "max": None}
+
+
+def test_cpu_seconds_of_a_process_that_is_gone_is_zero() -> None:
+    assert cpu_seconds([2**22 + 12345]) == 0.0  # above the default pid_max
+
+
+def test_cpu_seconds_with_reaped_children_is_never_less_than_without() -> None:
+    pid = os.getpid()
+    own = cpu_seconds([pid])
+    assert own >= 0.0
+    assert cpu_seconds([pid], reaped_children=True) >= own
