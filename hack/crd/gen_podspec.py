@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import json
 import sys
 import unicodedata
@@ -192,6 +193,7 @@ def _char_class(chars: list[str]) -> str:
     return "[" + "".join(parts) + "]"
 
 
+@functools.cache  # it sweeps every code point: once per process (the CRD tests ask for it many times)
 def duration_pattern() -> str:
     """A Go RE2 (and Python re) pattern matching exactly the strings parse_duration accepts, and ""."""
     candidates = [chr(cp) for cp in range(sys.maxunicode + 1)

@@ -5,12 +5,21 @@ that leaves a `kh-` thread running fails by the autouse guard (testbed.pytest_pl
 """
 from __future__ import annotations
 
+import os
+
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
+from hypothesis import settings
 
 from kuberhealthy.web import create_app
 from testbed.fakes import FakeClock, FakeServices
+
+# Hypothesis: the fast tier tries each property 100 times (its default), with no deadline (a busy machine is not
+# a failure); HYPOTHESIS_PROFILE=thorough tries 1000 (CI's unit job). A test's own max_examples still wins.
+settings.register_profile("unit", deadline=None)
+settings.register_profile("thorough", max_examples=1000, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "unit"))
 
 
 @pytest.fixture

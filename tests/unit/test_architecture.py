@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import tomllib
 
-from testbed.modgraph import cycles, graph, modules
+from testbed.modgraph import cycles, graph, modules, parse
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "kuberhealthy"
@@ -21,7 +21,7 @@ NAME_LIKE = re.compile(r"^(KH_[A-Z0-9_]+|kuberhealthy-[a-z-]+|([a-z0-9-]+\.)*com
 
 
 def _trees(root: Path) -> dict[Path, ast.Module]:
-    return {p: ast.parse(p.read_text()) for p in sorted(root.rglob("*.py"))}
+    return {p: parse(p) for p in sorted(root.rglob("*.py"))}  # parsed once per session (shared: read only)
 
 
 def _imported_names(tree: ast.Module) -> set[str]:

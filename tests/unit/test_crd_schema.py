@@ -10,6 +10,7 @@ import importlib.util
 import json
 import re
 import sys
+import unicodedata
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -17,7 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from kuberhealthy.base.durations import parse_duration
@@ -86,9 +87,11 @@ def daemon_accepts(text: str) -> bool:
 
 # --- the files are the generation ---------------------------------------------------------------------
 
-def test_the_crd_files_are_exactly_what_the_generator_writes() -> None:
-    for path, text in gen.generated().items():
+def test_the_crd_files_are_exactly_what_the_generator_writes(monkeypatch: pytest.MonkeyPatch) -> None:
+    files = gen.generated()
+    for path, text in files.items():
         assert path.read_text() == text, f"{path.name} differs: run `python hack/crd/gen_podspec.py --write`"
+    monkeypatch.setattr(gen, "generated", lambda: files)  # the same generation, not made twice: --check judges it
     assert gen.main(["--check"]) == 0
 
 
@@ -196,13 +199,11 @@ TOKENS = ["0", "1", "7", "9", "\u0663", "\U0001d7ce", "\uff11", ".", "+", "-", "
           "h", "n", "u", "µ", "e", "d", "x", "_", " ", "\t", "\n", "\u3000", "\xa0", "\u200b", "\x85"]
 
 
-@settings(max_examples=1000, deadline=None)
-@given(st.lists(st.sampled_from(TOKENS), max_size=10).map("".join))
+@given(st.lists(st.sampled_from(TOKENS), max_size=10).map("".join))  # examples: the profile (tests/unit/conftest.py)
 def test_the_pattern_and_the_parser_agree_on_strings_made_of_duration_pieces(text: str) -> None:
     assert pattern_accepts(text) == daemon_accepts(text), repr(text)
 
 
-@settings(max_examples=1000, deadline=None)
 @given(st.text(max_size=8))
 def test_the_pattern_and_the_parser_agree_on_any_text(text: str) -> None:
     assert pattern_accepts(text) == daemon_accepts(text), repr(text)
@@ -211,9 +212,11 @@ def test_the_pattern_and_the_parser_agree_on_any_text(text: str) -> None:
 def test_the_pattern_and_the_parser_agree_on_every_character_as_a_digit_and_as_a_space() -> None:
     disagree = []
     for cp in range(sys.maxunicode + 1):
-        if 0xD800 <= cp <= 0xDFFF:
-            continue
         c = chr(cp)
+        # Surrogates, private use and unassigned code points (6 in 7 of them) have no digit or space property
+        # for the regex engine, float() or str methods, so none can be a digit or a space to either side.
+        if unicodedata.category(c) in ("Cs", "Co", "Cn"):
+            continue
         for text in (c + "s", c + "1s" + c):  # a digit; a space around a duration
             if pattern_accepts(text) != daemon_accepts(text):
                 disagree.append(text)

