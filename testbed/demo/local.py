@@ -114,7 +114,7 @@ def follow(url: str, seconds: float) -> None:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m testbed.demo", description=__doc__)
     p.add_argument("--seconds", type=float, default=0, help="stop after this many seconds (0 = until Ctrl-C)")
     args = p.parse_args()
     demo = Demo(Path(tempfile.mkdtemp(prefix="kh-demo-")))
