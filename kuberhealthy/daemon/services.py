@@ -57,6 +57,8 @@ class Services:
         self.pods = Reflector(kube, PODS, Selection(ns, CHECK_POD_SELECTOR), notifier=self.notifier,
                               storage=CHECK_POD_STORAGE, name="kh-reflector-pods")
         self.reflectors = [self.khchecks, self.khstates, self.khjobs, self.pods]
+        for cache, res in ((self.khchecks, KHCHECKS), (self.khstates, KHSTATES), (self.khjobs, KHJOBS)):
+            self.resources.on_written(res, cache.observe)  # our writes are in our caches at once
         self.deaths = Deaths()  # every thread of the daemon reports an unexpected end here
         for r in self.reflectors:
             r.supervised_by(self.deaths)

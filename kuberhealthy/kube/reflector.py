@@ -23,6 +23,13 @@ verdict that would fail it (the runner confirms with a read, or skips the run).
 Transform: `transform(obj)` runs on every object before it is stored (client-go's SetTransform):
 callers keep only the fields they read. managedFields are always dropped.
 
+Own writes: `observe(obj)` takes an object this process just wrote (the answer of its create, replace or
+patch) into the cache at once, as the watch will deliver it moments later (client-go's mutation
+cache). Whoever waits on that object sees the write without waiting for the watch, and the next
+read-modify-write starts from the current resourceVersion instead of a 409 and a GET. Per object the
+cache never goes back: a watch event older than what it holds (resourceVersions compared as numbers,
+as etcd issues them) is skipped, and so is the watch's copy of a write already observed.
+
 Waking: each change notifies the topics `(plural, "key", ns/name)` and `(plural, index, value)` for
 the object's index values before and after, so only the waiters concerned wake (see notify.py).
 """
@@ -38,6 +45,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kuberhealthy.base.copies import json_copy
 from kuberhealthy.base.errors import ApiError, Gone, KuberhealthyError
 from kuberhealthy.base.notify import Notifier, Topic
 from kuberhealthy.base.threads import BackgroundThread
@@ -79,6 +87,20 @@ def key_of(obj: Obj) -> str:
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
+def _rv_of(obj: Obj | None) -> str:
+    return str(((obj or {}).get("metadata") or {}).get("resourceVersion") or "")
+
+
+def not_newer(incoming: Obj, held: Obj | None) -> bool:
+    """Whether `incoming` adds nothing to `held` (the same object version, or an older one)."""
+    new, old = _rv_of(incoming), _rv_of(held)
+    if not new or not old:
+        return False
+    if new == old:
+        return True
+    return new.isdigit() and old.isdigit() and int(new) < int(old)
+
+
 def drop_managed_fields(obj: Obj) -> Obj:
     meta = obj.get("metadata")
     if isinstance(meta, dict):
@@ -110,8 +132,10 @@ class Reflector(BackgroundThread):
         self._transform = storage.transform
         self._clock = clock
         self._lock = threading.Lock()
+        self._change_lock = threading.Lock()  # one change (store, listeners, waking) at a time: watch or observe()
         self._store: dict[str, Obj] = {}
         self._indexes: dict[str, dict[str, set[str]]] = {n: {} for n in self._indexers}
+        self._values: dict[str, tuple[tuple[str, str], ...]] = {}  # key -> its (index, value) pairs
         self._listeners: list[Listener] = []
         self._rv: str | None = None
         self._stream: Any = None
@@ -230,27 +254,39 @@ class Reflector(BackgroundThread):
             self._stop.wait(backoff * (0.5 + random.random() / 2))
             backoff = min(backoff * 2, BACKOFF_MAX)
 
+    def observe(self, obj: Obj) -> None:
+        """Take an object this process just wrote into the cache (see the module docstring). Ignored when
+        this cache could not hold it (another namespace; a selector it cannot judge here) or already
+        holds that version or a newer one."""
+        if self._selector or self._fields or not self.synced.is_set():
+            return
+        meta = obj.get("metadata") or {}
+        if self._namespace is not None and meta.get("namespace") != self._namespace:
+            return
+        self._change("MODIFIED", self._prepare(json_copy(obj)), own=True)  # the writer keeps its own copy
+
     def _relist(self) -> None:
         items, rv = self._resources.list(self._res, self._namespace, self._selector, self._fields)
         fresh = {key_of(o): self._prepare(o) for o in items}
-        with self._lock:
-            old = self._store
-            self._store = fresh
-            self._indexes = {n: {} for n in self._indexers}
+        with self._change_lock:
+            with self._lock:
+                old = self._store
+                self._store = fresh
+                self._indexes = {n: {} for n in self._indexers}
+                self._values = {}
+                for k, o in fresh.items():
+                    self._index_add(k, o)
+            self._rv = rv
+            self.relists += 1
+            for k, o in old.items():
+                if k not in fresh:
+                    self._emit("DELETED", o, o)
             for k, o in fresh.items():
-                self._index_add(k, o)
-        self._rv = rv
-        self.relists += 1
-        for k, o in old.items():
-            if k not in fresh:
-                self._emit("DELETED", o, o)
-        for k, o in fresh.items():
-            prev = old.get(k)
-            if prev is None:
-                self._emit("ADDED", o, None)
-            elif (prev.get("metadata") or {}).get("resourceVersion") != (o.get("metadata") or {}).get(
-                    "resourceVersion"):
-                self._emit("MODIFIED", o, prev)
+                prev = old.get(k)
+                if prev is None:
+                    self._emit("ADDED", o, None)
+                elif _rv_of(prev) != _rv_of(o):
+                    self._emit("MODIFIED", o, prev)
         self.synced.set()
         self._set_current(True)
         self.notifier.notify_all()
@@ -300,43 +336,55 @@ class Reflector(BackgroundThread):
             return
         if etype not in ("ADDED", "MODIFIED", "DELETED"):
             raise _WatchEnded(f"unexpected watch event type {etype!r}")
-        obj = self._prepare(obj)
-        key = key_of(obj)
-        with self._lock:
-            prev = self._store.get(key)
-            if prev is not None:
-                self._index_remove(key, prev)
-            if etype == "DELETED":
-                self._store.pop(key, None)
-            else:
-                self._store[key] = obj
-                self._index_add(key, obj)
+        self._change(str(etype), self._prepare(obj))
         if rv:
             self._rv = rv
-        self._emit(str(etype), obj, prev)
-        self.notifier.notify(self._topics(key, obj, prev))
 
-    def _topics(self, key: str, obj: Obj, prev: Obj | None) -> set[Topic]:
-        topics: set[Topic] = {(self.plural, "key", key)}
-        for name, fn in self._indexers.items():
-            for o in (obj, prev):
-                if o is not None:
-                    topics.update((self.plural, name, v) for v in fn(o))
-        return topics
+    def _change(self, etype: str, obj: Obj, own: bool = False) -> None:
+        """Store one change, tell the listeners, wake the waiters: unless it adds nothing to what is held
+        (`own`: an observed write the watch has already gone past, a delete after it included)."""
+        key = key_of(obj)
+        with self._change_lock:
+            if own and not_newer(obj, {"metadata": {"resourceVersion": self._rv}}):
+                return
+            with self._lock:
+                prev = self._store.get(key)
+                if etype != "DELETED" and not_newer(obj, prev):
+                    return
+                old = self._index_remove(key)
+                if etype == "DELETED":
+                    self._store.pop(key, None)
+                    new = self._index_values(obj)
+                else:
+                    self._store[key] = obj
+                    new = self._index_add(key, obj)
+            self._emit(etype, obj, prev)
+            topics: set[Topic] = {(self.plural, "key", key)}
+            topics.update((self.plural, name, value) for name, value in (*old, *new))
+            self.notifier.notify(topics)
 
-    def _index_add(self, key: str, obj: Obj) -> None:
-        for name, fn in self._indexers.items():
-            for value in fn(obj):
-                self._indexes[name].setdefault(value, set()).add(key)
+    def _index_values(self, obj: Obj) -> tuple[tuple[str, str], ...]:
+        return tuple((name, value) for name, fn in self._indexers.items() for value in fn(obj))
 
-    def _index_remove(self, key: str, obj: Obj) -> None:
-        for name, fn in self._indexers.items():
-            for value in fn(obj):
-                keys = self._indexes[name].get(value)
-                if keys is not None:
-                    keys.discard(key)
-                    if not keys:
-                        del self._indexes[name][value]
+    def _index_add(self, key: str, obj: Obj) -> tuple[tuple[str, str], ...]:
+        """Index a stored object; its index values are kept for its removal (indexers run once per version)."""
+        values = self._index_values(obj)
+        if values:
+            self._values[key] = values
+        for name, value in values:
+            self._indexes[name].setdefault(value, set()).add(key)
+        return values
+
+    def _index_remove(self, key: str) -> tuple[tuple[str, str], ...]:
+        """Take a stored object out of the indexes; the index values it had."""
+        values = self._values.pop(key, ())
+        for name, value in values:
+            keys = self._indexes[name].get(value)
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del self._indexes[name][value]
+        return values
 
     def _emit(self, etype: str, obj: Obj, prev: Obj | None) -> None:
         for fn in list(self._listeners):

@@ -5,7 +5,6 @@ Objects are plain dicts in their wire form.
 """
 from __future__ import annotations
 
-import copy
 import logging
 import random
 import threading
@@ -14,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from kuberhealthy.base.copies import json_copy
 from kuberhealthy.base.errors import ApiError, Conflict, NotFound, Unreachable, is_transient
 from kuberhealthy.kube.client import READ_TIMEOUT, Kube, Obj
 
@@ -78,6 +78,17 @@ class Resources:
 
     def __init__(self, kube: Kube) -> None:
         self.kube = kube
+        self._observers: dict[str, list[Callable[[Obj], None]]] = {}
+
+    def on_written(self, res: Resource, fn: Callable[[Obj], None]) -> None:
+        """fn(obj) runs with the answer of every create, replace and patch of `res` made here (a cache's
+        observe(): the writer's own cache is current with its write at once)."""
+        self._observers.setdefault(res.plural, []).append(fn)
+
+    def _written(self, res: Resource, obj: Obj) -> Obj:
+        for fn in self._observers.get(res.plural, ()):
+            fn(obj)
+        return obj
 
     def get(self, res: Resource, namespace: str, name: str, timeout: float = READ_TIMEOUT) -> Obj:
         return dict(self.kube.request("GET", res.path(namespace, name), timeout=timeout))
@@ -103,15 +114,16 @@ class Resources:
                dry_run: bool = False) -> Obj:
         """POST; with `dry_run` the API server validates (and prunes, defaults) but stores nothing."""
         query = {"dryRun": "All"} if dry_run else None
-        return dict(self.kube.request("POST", res.path(namespace), query=query, body=body, timeout=timeout))
+        created = dict(self.kube.request("POST", res.path(namespace), query=query, body=body, timeout=timeout))
+        return created if dry_run else self._written(res, created)
 
     def replace(self, res: Resource, namespace: str, name: str, body: Obj, timeout: float = READ_TIMEOUT) -> Obj:
         """PUT with the body's resourceVersion: Conflict when someone wrote in between."""
-        return dict(self.kube.request("PUT", res.path(namespace, name), body=body, timeout=timeout))
+        return self._written(res, dict(self.kube.request("PUT", res.path(namespace, name), body=body, timeout=timeout)))
 
     def merge_patch(self, res: Resource, namespace: str, name: str, patch: Obj, timeout: float = READ_TIMEOUT) -> Obj:
-        return dict(self.kube.request("PATCH", res.path(namespace, name), body=patch,
-                                      content_type="application/merge-patch+json", timeout=timeout))
+        return self._written(res, dict(self.kube.request("PATCH", res.path(namespace, name), body=patch,
+                                                         content_type="application/merge-patch+json", timeout=timeout)))
 
     # --- Events (events.EventsAPI) and pod logs -------------------------------------------------------
 
@@ -219,7 +231,7 @@ class Resources:
         for attempt in range(attempts):
             current: Obj | None
             if attempt == 0 and hint is not None:
-                current = copy.deepcopy(hint)
+                current = json_copy(hint)
             else:
                 try:
                     current = self.get(res, namespace, name, timeout=budget())

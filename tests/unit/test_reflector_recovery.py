@@ -45,7 +45,8 @@ class FakeKube:
         self.done = threading.Event()
 
     def request(self, method: str, path: str, *, query: Any = None, timeout: float = 0, **_: Any) -> Any:
-        self.lists += 1
+        if not self.done.is_set():  # what the reflector does after the last script (before stop) is not played
+            self.lists += 1
         return {"items": [json.loads(json.dumps(i)) for i in self.items], "metadata": {"resourceVersion": "10"}}
 
     def open_stream(self, path: str, query: dict[str, Any], read_timeout: float) -> Stream:
