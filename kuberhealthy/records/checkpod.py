@@ -5,7 +5,6 @@ them by, the annotation the report handler verifies.
 """
 from __future__ import annotations
 
-import copy
 import hashlib
 import secrets
 import string
@@ -13,6 +12,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from kuberhealthy.base.copies import json_copy
 from kuberhealthy.checkclient import ENV_DEADLINE as KH_CHECK_RUN_DEADLINE
 from kuberhealthy.checkclient import ENV_POD_NAMESPACE as KH_POD_NAMESPACE
 from kuberhealthy.checkclient import ENV_REPORTING_URL as KH_REPORTING_URL
@@ -84,7 +84,7 @@ def build_pod(check: CheckSpec, run_uuid: str, unix_now: float, reporting_url: s
     `claimed` is the name the run claimed (default: from unix_now) and its secret (an annotation).
     """
     name, run_key = claimed.name, claimed.run_key
-    spec = copy.deepcopy(check.pod_spec)
+    spec = json_copy(check.pod_spec)
     spec["restartPolicy"] = "Never"
     deadline = int(deadline_unix if deadline_unix is not None else unix_now + check.timeout)
     injected = [
@@ -106,7 +106,7 @@ def build_pod(check: CheckSpec, run_uuid: str, unix_now: float, reporting_url: s
     # reports, or waits for its deadline, needs them just the same).
     for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
         env = [e for e in container.get("env") or [] if e.get("name") not in INJECTED_ENV]
-        container["env"] = env + copy.deepcopy(injected)
+        container["env"] = env + json_copy(injected)
         mounts = [m for m in container.get("volumeMounts") or []
                   if m.get("name") != TOKEN_VOLUME and m.get("mountPath") != TOKEN_DIR]
         container["volumeMounts"] = [*mounts, dict(mount)]

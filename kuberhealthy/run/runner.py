@@ -156,7 +156,7 @@ class Runner:
             self._exit()
         duration, node = self._record()
         self.phase = Phase.DONE
-        self.log.info("Run done in %s on node %s", duration, node or "?")
+        self.log.info("Run done in %s: pod %s on node %s", duration, self.pod.name, node or "?")
 
     # --- the phases, in order ----------------------------------------------------------------------
 
@@ -222,7 +222,7 @@ class Runner:
                 self._rename(e)
             except ApiError as e:
                 raise Failed(f"failed to create checker pod: {e}") from e
-        self.log.info("Created checker pod %s", self.pod.name)
+        self.log.debug("Created checker pod %s", self.pod.name)
 
     def _rename(self, taken: Conflict) -> None:
         """CREATE found the run's pod name taken by a pod it did not create: claim a fallback name."""
@@ -277,7 +277,7 @@ class Runner:
             status = (self.pod.last or {}).get("status") or {}
             self.log.warning("Checker pod %s ended (%s) without reporting in", self.pod.name, status.get("phase"))
             raise self.guard.fail(ERR_REPORT, why_ended(self.pod.last))
-        self.log.info("Checker pod reported")
+        self.log.debug("Checker pod reported")
         return True
 
     def _exit(self) -> None:
