@@ -197,8 +197,11 @@ def product_state() -> str:
 # --- one size ------------------------------------------------------------------------------------------
 
 def measure(args: argparse.Namespace, outdir: Path) -> dict[str, Any]:
-    """One size on a fresh test bed; the row (a dict). Everything it starts is stopped before it returns."""
+    """One size on a fresh test bed; the row (a dict). Everything it starts is stopped before it returns.
+    An optional `args.source` (a directory holding another version's kuberhealthy/) runs that daemon instead
+    of this tree's (bench/versus.py compares the two)."""
     n, interval = args.n, args.interval
+    source: Path | None = getattr(args, "source", None)
     outdir.mkdir(parents=True, exist_ok=True)
     notes: list[str] = []
     row: dict[str, Any] = {"n": n, "interval": interval, "intervals": args.intervals, "notes": notes,
@@ -228,7 +231,7 @@ def measure(args: argparse.Namespace, outdir: Path) -> dict[str, Any]:
         create_checks(cluster, ns, args)
         say(f"{n} khchecks created in {time.monotonic() - t:.1f}s")
         daemon = DaemonProcess(cluster, outdir, "kuberhealthy-scale-0", ns, {
-            "enableForceMaster": True, "targetNamespace": ns, "logLevel": args.log_level})
+            "enableForceMaster": True, "targetNamespace": ns, "logLevel": args.log_level}, source=source)
         d = daemon
 
         def dead() -> str | None:
@@ -236,7 +239,7 @@ def measure(args: argparse.Namespace, outdir: Path) -> dict[str, Any]:
                 return f"daemon exited with {d.proc.returncode} (log: {d.log_path})"
             return sim.dead() if sim is not None else None
 
-        row["product"] = product_state()
+        row["product"] = product_state() if source is None else f"kuberhealthy/ from {source}"
         t_daemon = time.monotonic()
         daemon.start()
         assert daemon.proc is not None
@@ -316,6 +319,7 @@ def measure(args: argparse.Namespace, outdir: Path) -> dict[str, Any]:
         cores = {k: max(0.0, cpu1[k] - cpu0[k]) / elapsed for k in cpu0}
         cores["harness"] = ((usage1.ru_utime + usage1.ru_stime) - (usage0.ru_utime + usage0.ru_stime)) / elapsed
         row["cpu"] = {**{k: round(v, 3) for k, v in cores.items()},
+                      "daemon_seconds": round(max(0.0, cpu1["daemon"] - cpu0["daemon"]), 2),
                       "daemon_warmup": round(cpu_daemon_warmup / max(1e-9, w0 - t_daemon), 3),
                       "daemon_millicores_per_check": round(cores["daemon"] * 1000 / n, 3)}
         row["mem"] = {"peak_pss_mb": round(sampler.peak_pss_kb / MB, 1),
@@ -366,9 +370,8 @@ def _exit_on_signal(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    ap.add_argument("--checks", default="250,1000,2000", help="comma-separated sizes (default 250,1000,2000)")
+def harness_args(ap: argparse.ArgumentParser, results: str) -> None:
+    """The options of one measure(), shared with bench.versus (`results`: the default results directory)."""
     ap.add_argument("--interval", type=float, default=60.0, help="runInterval of every check, seconds")
     ap.add_argument("--intervals", type=int, default=3, help="intervals measured after the warm-up")
     ap.add_argument("--delay", type=float, default=2.0, help="SIM_DELAY: seconds Running before reporting OK")
@@ -376,8 +379,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--image", default="kh-sim/ok")
     ap.add_argument("--poll-rate", type=float, default=2.0, help="GET / per second during the window")
     ap.add_argument("--log-level", default="info", help="the daemon's logLevel")
-    ap.add_argument("--results", default="", help="where logs go (default /tmp/kh-scale-<time>)")
+    ap.add_argument("--results", default="", help=f"where logs go (default {results})")
     ap.add_argument("--keep-audit", action="store_true", help="keep each test bed's audit log")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    ap.add_argument("--checks", default="250,1000,2000", help="comma-separated sizes (default 250,1000,2000)")
+    harness_args(ap, "/tmp/kh-scale-<time>")
     args = ap.parse_args(argv)
     # A tool, not the daemon: SIGTERM becomes SystemExit so every `finally` stops what this run started.
     signal.signal(signal.SIGTERM, _exit_on_signal)

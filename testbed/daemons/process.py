@@ -4,6 +4,11 @@ Gunicorn runs inside it, exactly as in production, for contract, leader-election
 scale runs. The config file lives in the work dir and can be rewritten while the daemon runs (config
 reload). Nothing here imports `kuberhealthy`: black-box tests drive the product only through this, its
 HTTP endpoints and the API server. (testbed/daemons/inprocess.py wires the daemon into the test process.)
+
+With `source` (a directory holding another version's `kuberhealthy/` package, e.g. an older commit's
+`git archive`), the daemon is that version instead: this interpreter runs `kuberhealthy.cli:main` with the
+directory first on PYTHONPATH and as the working directory, so it shadows the editable install, and its
+first line in the log names the package it imported (`imported_from` reads it back).
 """
 from __future__ import annotations
 
@@ -24,6 +29,20 @@ from testbed.paths import REPO
 from testbed.procs import end_group
 from testbed.wait import wait_for
 
+IMPORTED_FROM = "kuberhealthy imported from "
+# The console script's body, for a daemon started from `source`, saying first where its package came from.
+FROM_SOURCE = ("import sys, kuberhealthy; "
+               f"print({IMPORTED_FROM!r} + kuberhealthy.__file__, file=sys.stderr, flush=True); "
+               "from kuberhealthy.cli import main; sys.exit(main())")
+
+
+def imported_from(log: str) -> str | None:
+    """The `kuberhealthy/__init__.py` a daemon started from `source` imported, from its log; else None."""
+    for line in log.splitlines():
+        if line.startswith(IMPORTED_FROM):
+            return line[len(IMPORTED_FROM):].strip()
+    return None
+
 
 def console_script() -> str:
     """The `kuberhealthy` console script of this interpreter's environment (pip install -e . made it)."""
@@ -42,8 +61,10 @@ class DaemonProcess:
     host = "127.0.0.1"
 
     def __init__(self, cluster: TestCluster, workdir: Path, name: str, namespace: str,
-                 settings: dict[str, Any] | None = None, kubeconfig: Path | None = None) -> None:
+                 settings: dict[str, Any] | None = None, kubeconfig: Path | None = None, *,
+                 source: Path | None = None) -> None:
         self.name = name
+        self.source = source
         self.port = free_port()
         self.config_path = workdir / f"{name}.yaml"
         raw: dict[str, Any] = {"listenAddress": f"127.0.0.1:{self.port}", "checkChangeDebounce": "0s",
@@ -55,6 +76,8 @@ class DaemonProcess:
         self.env = dict(os.environ, POD_NAME=name, POD_NAMESPACE=namespace,
                         KUBECONFIG=str(kubeconfig or cluster.kubeconfig), PYTHONUNBUFFERED="1")
         self.env.pop("KUBERNETES_SERVICE_HOST", None)
+        if source is not None:
+            self.env["PYTHONPATH"] = os.pathsep.join(p for p in (str(source), self.env.get("PYTHONPATH")) if p)
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -71,9 +94,10 @@ class DaemonProcess:
 
     def start(self) -> DaemonProcess:
         with open(self.log_path, "ab") as log:  # the child keeps its own descriptor
-            self.proc = subprocess.Popen([console_script(), "--config", str(self.config_path)],
-                                         cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                         start_new_session=True)
+            program = [console_script()] if self.source is None else [sys.executable, "-c", FROM_SOURCE]
+            self.proc = subprocess.Popen([*program, "--config", str(self.config_path)],
+                                         cwd=self.source or REPO, env=self.env, stdout=log,
+                                         stderr=subprocess.STDOUT, start_new_session=True)
         return self
 
     def wait_serving(self, path: str = "/readyz", timeout: float = 60) -> DaemonProcess:
