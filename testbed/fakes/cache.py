@@ -58,6 +58,7 @@ class FakeCache:
         self._current = synced
         self._impaired_at: float | None = None
         self._recovered_at: float | None = None
+        self.applied = 0  # changes applied (watch events handled), under _delivery: for the work budget
         if synced:
             self.synced.set()
 
@@ -151,6 +152,7 @@ class FakeCache:
             self._apply(etype, obj)
 
     def _apply(self, etype: str, obj: Obj) -> None:
+        self.applied += 1
         if self._transform is not None:
             obj = self._transform(obj)
         key = key_of(obj)
