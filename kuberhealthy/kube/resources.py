@@ -79,6 +79,7 @@ class Resources:
     def __init__(self, kube: Kube) -> None:
         self.kube = kube
         self._observers: dict[str, list[Callable[[Obj], None]]] = {}
+        self._eviction_versions: tuple[str, ...] = ("policy/v1", "policy/v1beta1")  # the one that works, first
 
     def on_written(self, res: Resource, fn: Callable[[Obj], None]) -> None:
         """fn(obj) runs with the answer of every create, replace and patch of `res` made here (a cache's
@@ -179,7 +180,7 @@ class Resources:
         once (raised): the fallbacks are for servers that refuse a version, not for servers that are
         away, where each would only wait out its own timeout.
         """
-        for version in ("policy/v1", "policy/v1beta1"):
+        for version in self._eviction_versions:
             body: Obj = {"apiVersion": version, "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
             if uid:
                 body["deleteOptions"] = {"preconditions": {"uid": uid}}
@@ -199,6 +200,10 @@ class Resources:
                 if is_transient(e) and e.status in (0, 503, 504):
                     raise
                 logger.debug("Eviction as %s failed for %s/%s: %s", version, namespace, name, e)
+                if e.status == 400 and version == self._eviction_versions[0] and len(self._eviction_versions) > 1:
+                    # The server does not know this version (policy/v1 before 1.22): ask the next one first
+                    # from now on, rather than two requests for every eviction.
+                    self._eviction_versions = (*self._eviction_versions[1:], version)
         return "deleted" if self.delete(PODS, namespace, name, uid=uid, timeout=timeout) else "gone"
 
     def update_with_retry(self, res: Resource, namespace: str, name: str,
