@@ -11,7 +11,9 @@ restarts, freezes or times out leaves no pod stuck. A 404 (the pod is gone) or a
 
 The kubelet's Timings (timings.py) add a real kubelet's delays: the pod IP on a later sync than the
 first Pending status, Running about a second after creation. The status of a container stopped by
-its pod's deletion (stopped_status) is written by the kubelet's Terminator, not by this thread.
+its pod's deletion (stopped_status) is written by the kubelet's Terminator, not by this thread. A
+StartGate (startgate.py), when the kubelet has one, holds the pod ContainerCreating until its turn:
+pods start at most so many per second.
 """
 from __future__ import annotations
 
@@ -48,6 +50,7 @@ from testbed.sim.logs import Transcript
 from testbed.sim.rawapi import RawApi, SimApiError
 from testbed.sim.records import PodRecord
 from testbed.sim.report import InFlight, Report, run_deadline, send_report
+from testbed.sim.startgate import StartGate
 from testbed.sim.timings import Timings
 from testbed.sim.tokens import TokenMinter, expired_copy, map_paths, projections
 
@@ -68,14 +71,26 @@ class Placement:
     bind: bool
 
 
+@dataclass(frozen=True)
+class KubeletParts:
+    """What every pod's driver borrows from its kubelet: the token minter (None: projected tokens are not
+    minted), the timings (None: everything at once, timings.FAST) and the start gate (None: no queue
+    before Running)."""
+
+    minter: TokenMinter | None = None
+    timings: Timings | None = None
+    gate: StartGate | None = None
+
+
 class PodDriver:
     """Drives one pod; start() once, cancel() any time (idempotent), join() after cancel()."""
 
     def __init__(self, api: RawApi, pod: dict[str, Any], record: PodRecord, *, behaviour: Behaviour,
-                 placement: Placement, minter: TokenMinter | None = None, timings: Timings | None = None) -> None:
+                 placement: Placement, parts: KubeletParts = KubeletParts()) -> None:
         self._api = api
-        self._timings = timings  # None: everything at once (timings.FAST)
-        self._minter = minter  # None: projected tokens are not minted (no files)
+        self._timings = parts.timings
+        self._minter = parts.minter
+        self._gate = parts.gate
         self._pod = pod
         self.record = record
         self.behaviour = behaviour
@@ -85,6 +100,7 @@ class PodDriver:
         self.pod_ip = placement.pod_ip
         self._bind = placement.bind
         self._cancel = threading.Event()
+        self._turn = threading.Event()  # the gate's go-ahead; cancel() sets it too, ending the wait
         self._lock = threading.Lock()
         self._proc: subprocess.Popen[bytes] | None = None
         self._inflight = InFlight()  # the report attempt under way, cut on cancel
@@ -101,6 +117,7 @@ class PodDriver:
 
     def cancel(self) -> None:
         self._cancel.set()
+        self._turn.set()
         self._inflight.cut()
         if self._minter is not None:
             self._minter.forget(self._pod)
@@ -217,6 +234,8 @@ class PodDriver:
             if self._cancel.wait(ip_after) or not self._write_status(
                     podstatus.waiting(pod, ip, host, start_time, reason="ContainerCreating")):
                 return
+        if self._gate is not None and not self._gate.admit(self._turn, self._cancel):
+            return  # deleted while it waited for its turn to start
         if self._cancel.wait(settings.pending_delay + max(0.0, running_after - ip_after)):
             return
         started_at = podstatus.now_rfc3339()

@@ -7,7 +7,9 @@ pods with grace 0: at once, or (timings=REAL, timings.py) the way a real kubelet
 stopped with exit 143 and the object removed seconds later. Everything is driven by one watch
 (re-listing on 410, resuming on errors); each pod gets its own thread (driver.py), and force deletions
 go through a small pool so the watch never blocks on them. The nodes' kubelet endpoint, where the API
-server reads what each checker printed (pods/log), is logs.py's. It does not simulate restarts,
+server reads what each checker printed (pods/log), is logs.py's. With `timings.start_rate`, pods start slowly
+on purpose: at most that many per second go from ContainerCreating to Running (startgate.py), so a
+backlog of Pending pods builds when they are created faster. It does not simulate restarts,
 probes, init containers, volumes or resource accounting.
 
 The watch survives an API server that restarts (connection refused for a while, then 410 on resume:
@@ -31,10 +33,11 @@ from testbed.cluster import loopback
 from testbed.cluster.builders import MERGE_PATCH
 from testbed.sim import logs, podstatus
 from testbed.sim.behaviours import behaviour_for_image, first_container
-from testbed.sim.driver import Placement, PodDriver
+from testbed.sim.driver import KubeletParts, Placement, PodDriver
 from testbed.sim.rawapi import DEFAULT_POOL_SIZE, OpenStream, RawApi, SimApiError
 from testbed.sim.records import PodRecord, ReportResult
 from testbed.sim.retry import backoff
+from testbed.sim.startgate import StartGate
 from testbed.sim.terminate import Terminator
 from testbed.sim.timings import FAST, Timings
 from testbed.sim.tokens import TokenMinter
@@ -67,7 +70,8 @@ class SimKubelet:
         ServiceAccount signing key, for checkers that send an expired token (SIM_TOKEN=expired).
         `timings`: how long each step takes; timings.REAL is a real kubelet's (Running after ~1 s, the
         pod IP on a later sync, graceful deletion: exit 143, Failed while Terminating, removed ~10 s
-        later), the default FAST does everything at once, so the fast tests stay fast."""
+        later), the default FAST does everything at once, so the fast tests stay fast. `timings.start_rate`
+        makes pods start slowly on purpose (startgate.py); `start_gate.set_rate()` changes it later."""
         self.kubeconfig_path = str(kubeconfig_path)
         self.namespace = namespace
         self.pool_size = pool_size
@@ -93,6 +97,7 @@ class SimKubelet:
         self._watch_thread = threading.Thread(target=self._watch_loop, name="sim-watch", daemon=True)
         self._deleter = ThreadPoolExecutor(max_workers=4, thread_name_prefix="sim-delete")
         self.timings = timings
+        self.start_gate = StartGate(timings.start_rate) if timings.start_rate is not None else None
         self._terminator = Terminator(lambda: self._api, self.timings, self._stop, self._delete_now)
 
     # --- lifecycle ----------------------------------------------------------------------------------
@@ -105,6 +110,8 @@ class SimKubelet:
             self._logs = logs.acquire()
             for name, ip in self.nodes:
                 self._ensure_node(name, ip)
+            if self.start_gate is not None:
+                self.start_gate.start()
             self._watch_thread.start()
             if not self._synced.wait(timeout):
                 raise RuntimeError(f"simulated kubelet could not list pods within {timeout}s")
@@ -130,6 +137,8 @@ class SimKubelet:
         for d in drivers:
             if not d.join(JOIN_TIMEOUT):
                 logger.error("driver of %s did not stop within %ss", d.record.key, JOIN_TIMEOUT)
+        if self.start_gate is not None:
+            self.start_gate.stop()
         self._deleter.shutdown(wait=True)
         self._terminator.join(JOIN_TIMEOUT)
         if self.tokens is not None:
@@ -348,7 +357,7 @@ class SimKubelet:
         assert self._api is not None
         driver = PodDriver(self._api, pod, record, behaviour=behaviour,
                            placement=Placement(node=node, host_ip=host_ip, pod_ip=pod_ip, bind=bind),
-                           minter=self.tokens, timings=self.timings)
+                           parts=KubeletParts(self.tokens, self.timings, self.start_gate))
         with self._lock:
             if self._stop.is_set():
                 if not host_network:

@@ -1,7 +1,7 @@
 """Run the simulated kubelet in a process of its own, for benchmarks that must not share a GIL with it.
 
     python -m testbed.sim.serve --kubeconfig K --namespace NS --nodes N --stats-file F [--ready-file R]
-                              [--pool-size P]
+                              [--pool-size P] [--start-rate R] [--start-rate-file F] [--start-delay S]
 
 Starts a SimKubelet for NS, touches the ready file once the first pod list is done, and runs until
 SIGTERM or SIGINT. The signal handler only sets a flag; the main thread then writes the stats file,
@@ -14,8 +14,16 @@ status and by outcome, reports that needed more than one attempt, retried API ca
 seconds, peak thread count and
 connections discarded because its pool was full, and one row per pod with its raw monotonic timestamps
 (CLOCK_MONOTONIC is system-wide, so another process on this machine can compare them with its own
-`time.monotonic()` and filter to a measured window). What it does not do: it measures nothing about
-the daemon, and it changes nothing in how SimKubelet drives pods.
+`time.monotonic()` and filter to a measured window).
+
+Pods that start slowly, for benchmarks that saturate on purpose (none of these by default):
+`--start-rate R` lets at most R pods per second go from ContainerCreating to Running, in arrival order
+(testbed/sim/startgate.py; the stats file then has a `start_gate` section: rate, turns given, pods
+dropped from the queue because they were deleted while waiting, waiting now, peak); `--start-rate-file F`
+sets that rate from a file holding one number, re-read whenever the file changes (so a benchmark can
+change it while pods wait; a gate open until then when --start-rate is not given); `--start-delay S` adds
+S seconds to every pod's Pending → Running (SimKubelet's timings.running_after).
+What it does not do: it measures nothing about the daemon.
 """
 from __future__ import annotations
 
@@ -37,6 +45,7 @@ import urllib3
 from testbed.sim.kubelet import SimKubelet
 from testbed.sim.rawapi import DEFAULT_POOL_SIZE
 from testbed.sim.records import PodRecord
+from testbed.sim.timings import FAST, Timings
 from testbed.stats import summary
 
 logger = logging.getLogger("testbed.sim.serve")
@@ -113,8 +122,12 @@ class Serve:
         self.args = args
         self.signalled = False  # set by the signal handler; polled by the main thread
         self.stop_requested = threading.Event()
+        start_rate = args.start_rate if args.start_rate is not None else (0.0 if args.start_rate_file else None)
+        timings = FAST if args.start_delay <= 0 and start_rate is None else Timings(
+            running_after=max(0.0, args.start_delay), start_rate=start_rate)
         self.sim = SimKubelet(args.kubeconfig, nodes=args.nodes, namespace=args.namespace or None,
-                              node_prefix=args.node_prefix, pool_size=args.pool_size)
+                              node_prefix=args.node_prefix, pool_size=args.pool_size, timings=timings)
+        self._rate_seen: tuple[float, int] | None = None  # (mtime, size) of the rate file last read
         self.peak_threads = 0
         self.pool_full = PoolFullCounter()
         logging.getLogger("urllib3.connectionpool").addFilter(self.pool_full)
@@ -137,10 +150,27 @@ class Serve:
                  "peak_threads": max(self.peak_threads, threading.active_count()),
                  "connections_discarded": self.pool_full.count,
                  "summary": summarise(records), "pods": [pod_row(r) for r in records]}
+        if self.sim.start_gate is not None:
+            stats["start_gate"] = self.sim.start_gate.stats()
         path = Path(self.args.stats_file)
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(json.dumps(stats))
         tmp.replace(path)
+
+    def read_rate_file(self) -> None:
+        """Set the start gate's rate from --start-rate-file when the file changed (a missing or unreadable
+        file changes nothing)."""
+        gate, path = self.sim.start_gate, self.args.start_rate_file
+        if gate is None or not path:
+            return
+        try:
+            st = os.stat(path)
+            if self._rate_seen == (st.st_mtime, st.st_size):
+                return
+            self._rate_seen = (st.st_mtime, st.st_size)
+            gate.set_rate(float(Path(path).read_text().strip()))
+        except (OSError, ValueError) as e:
+            logger.warning("start rate file %s not used: %s", path, e)
 
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self._on_signal)
@@ -154,6 +184,7 @@ class Serve:
                         self.args.nodes, os.getpid())
             next_write = time.monotonic() + self.args.stats_every
             while not self.signalled:
+                self.read_rate_file()
                 time.sleep(POLL)
                 if self.args.stats_every and time.monotonic() >= next_write:
                     self.write_stats(final=False)
@@ -181,6 +212,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stats-every", type=float, default=0.0,
                    help="also write the stats file every this many seconds (0 = only when stopping)")
     p.add_argument("--start-timeout", type=float, default=60.0)
+    p.add_argument("--start-rate", type=float, default=None,
+                   help="pods per second that may go from ContainerCreating to Running (default: no limit)")
+    p.add_argument("--start-rate-file", default="",
+                   help="a file holding the start rate (pods/s, 0 = no limit), re-read when it changes")
+    p.add_argument("--start-delay", type=float, default=0.0,
+                   help="seconds added to every pod's Pending -> Running (default 0)")
     p.add_argument("--log-level", default="WARNING")
     args = p.parse_args(argv)
     urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)  # the test bed's self-signed cert

@@ -8,7 +8,8 @@ than the first Pending one, and a deleted pod's container is stopped (SIGTERM: e
 Failed while still Terminating, and the object disappears only 8.8-41.8 s after the delete.
 
 `SimKubelet(..., timings=REAL)` takes a real kubelet's time; `timings=Timings(...)` sets each delay.
-The driver (driver.py) applies the start-up delays; the graceful deletion is terminate.py's.
+The driver (driver.py) applies the start-up delays; the graceful deletion is terminate.py's; the pace
+at which pods may start (start_rate, off by default) is startgate.py's.
 """
 from __future__ import annotations
 
@@ -25,6 +26,9 @@ class Timings:
     stop_after: float = 0.0  # deletionTimestamp seen → container stopped (status written), when graceful
     remove_after: float = 0.0  # deletionTimestamp seen → object removed (grace-0 delete) of a pod not finished
     remove_finished_after: float = 0.0  # the same for a pod that had finished (nothing to stop)
+    # Pods per second that may go from ContainerCreating to Running, in arrival order (startgate.py: a
+    # saturated node, for benchmarks); 0: a gate that stays open until its rate is set; None: no gate.
+    start_rate: float | None = None
 
 
 FAST = Timings()
