@@ -1,18 +1,33 @@
 """One client connection as the HTTP worker's poller sees it: the bytes received so far, whether they
 hold a whole request yet, and the deadline the client must meet.
 
-The poller (httpworker.py) reads without blocking and feeds the bytes here. Once the request line,
-the headers and the whole body are in, a pool thread parses them with gunicorn's own parser over the
-buffer (BufferUnreader: past the buffer is end of input, the socket is never read in a thread), so
-no client can hold a thread by sending slowly. To learn where the body ends, the head is parsed here
-once with that same parser: framing is gunicorn's, never a second opinion that could desync.
+The poller (httpworker.py) reads without blocking (MSG_DONTWAIT on a socket that stays blocking) and
+feeds the bytes here. Once the request line, the headers and the whole body are in, a pool thread
+answers it, reading the request with gunicorn's own parser over the buffer (BufferUnreader: past the
+buffer is end of input, the socket is never read in a thread), so no client can hold a thread by
+sending slowly. A head that names no Content-Length or Transfer-Encoding (any case, `_` for `-` too)
+frames no body (RFC 9112 section 6.3; gunicorn reads such a request's body as empty): the request is
+whole at the end of its head, and the pool thread parses it, as stock gthread does, keeping the
+poller's turn short. Any other head is parsed here to learn where its body ends, with that same
+parser: framing is gunicorn's, never a second opinion that could desync. That parse is the request's
+only one: the pool thread takes the parsed request (request()), the body bytes received after the
+head handed to the same parser; only a head gunicorn refused is parsed again, in the thread, for
+gunicorn's error page.
 
 Bodies are buffered up to the report limit (MAX_BODY), chunked ones too (their chunks are scanned,
 not decoded). A body past the limit is handed on as soon as that is known, with what is in, and the
 connection closes after the answer: the app answers 413 from Content-Length, or from reading more
 than MAX_BODY bytes of a chunked body. A head gunicorn refuses (bad line, bare LF, too long) is
-handed on at once for its error page. What this module does not do: sockets, deadlines' enforcement
-and the connection caps (httpworker.py), answering requests (gunicorn and the app).
+handed on at once for its error page.
+
+The answer is written by the pool thread on the blocking socket (AnswerSocket): one send() that the
+kernel completes, as stock gthread does, rather than Python's timeout mode, which polls before
+every send and so trades the GIL back and forth per socket-buffer-full of a large answer. The
+deadline stays: the kernel's SO_SNDTIMEO bounds each send, and each sendall() as a whole is given
+up after WRITE_TIMEOUT (a client that does not read, or reads a trickle).
+
+What this module does not do: the selector, deadlines' enforcement and the connection caps
+(httpworker.py), answering requests (gunicorn and the app).
 """
 from __future__ import annotations
 
@@ -21,6 +36,8 @@ import io
 import os
 import re
 import socket
+import struct
+import time
 from typing import Any
 
 from gunicorn import http
@@ -35,7 +52,10 @@ MAX_CHUNKED_RAW = 2 * MAX_BODY + MAX_HEAD  # raw bytes of a chunked body (framin
 _CHUNK_LINE_MAX = 8192  # gunicorn refuses a longer chunk-size line (limit_request_field_size)
 _HEX = re.compile(rb"[0-9a-fA-F]+")
 _HEAD_END = re.compile(rb"\r\n\r\n|(?<!\r)\n")  # the end of the head, or a bare LF (gunicorn: 400 at once)
+_BODY_HEADER = re.compile(rb"content[-_]length|transfer[-_]encoding", re.IGNORECASE)  # anywhere in the head
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+WRITE_TIMEOUT = 10.0  # seconds one write of an answer may take (a client that does not read)
+_MIN_SNDTIMEO = 0.001  # SO_SNDTIMEO of zero means "no timeout": never set less than this
 
 
 class State(enum.Enum):
@@ -46,11 +66,81 @@ class State(enum.Enum):
     LINGER = "linger"  # answered and half-closed: draining what the client still sends, then closed
 
 
+class AnswerSocket(socket.socket):
+    """A client socket whose sendall() (and sendfile()), on the blocking socket the pool thread
+    writes the answer on, lets the kernel block in one send() and still gives up after WRITE_TIMEOUT
+    in all, raising TimeoutError. Non-blocking or with a Python timeout it is a plain socket."""
+
+    __slots__ = ("_sndtimeo", "write_timeout")
+    write_timeout: float  # seconds a sendall() may take in all
+    _sndtimeo: float  # SO_SNDTIMEO as last set
+
+    @classmethod
+    def adopt(cls, sock: socket.socket, write_timeout: float = WRITE_TIMEOUT) -> AnswerSocket:
+        """`sock` (just accepted) as an AnswerSocket, blocking; `sock` itself is detached (and its
+        descriptor closed if this fails)."""
+        family, kind, proto, fd = sock.family, sock.type, sock.proto, sock.detach()
+        try:
+            new = cls(family, kind, proto, fileno=fd)
+        except OSError:
+            os.close(fd)
+            raise
+        try:
+            new.setblocking(True)
+            new.write_timeout = write_timeout
+            new._sndtimeo = 0.0
+            new._set_sndtimeo(write_timeout)
+        except OSError:
+            new.close()
+            raise
+        return new
+
+    def _set_sndtimeo(self, seconds: float) -> None:
+        seconds = max(seconds, _MIN_SNDTIMEO)
+        whole = int(seconds)
+        self.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO,
+                        struct.pack("ll", whole, int((seconds - whole) * 1_000_000)))
+        self._sndtimeo = seconds
+
+    def sendall(self, data: Any, flags: int = 0) -> None:
+        if self.gettimeout() is not None:  # non-blocking (gunicorn's error page) or a Python timeout
+            return super().sendall(data, flags)
+        if self._sndtimeo != self.write_timeout:  # lowered by a slow write before
+            self._set_sndtimeo(self.write_timeout)
+        with memoryview(data) as view, view.cast("B") as octets:
+            deadline = time.monotonic() + self.write_timeout
+            sent = 0
+            while sent < len(octets):
+                try:
+                    sent += self.send(octets[sent:], flags)  # blocks in the kernel, SO_SNDTIMEO at most
+                except BlockingIOError:
+                    pass  # SO_SNDTIMEO passed with nothing sent
+                if sent < len(octets):
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise TimeoutError(f"answer not written within {self.write_timeout:.0f} s")
+                    self._set_sndtimeo(left)
+        return None
+
+    def sendfile(self, file: Any, offset: int = 0, count: int | None = None) -> int:
+        """Through sendall, so under its deadline (os.sendfile on a blocking socket would wait for the
+        client without one). The files served are the dashboard's small assets."""
+        file.seek(offset)
+        data = file.read(count) if count else file.read()
+        self.sendall(data)
+        return len(data)
+
+
 class BufferUnreader(Unreader):  # type: ignore[misc]  # gunicorn ships no types
     """gunicorn's unreader over bytes already received: it never reads a socket, past them is EOF."""
 
     def __init__(self, data: bytes) -> None:
         super().__init__()
+        self.buf.write(data)
+
+    def feed(self, data: bytes) -> None:
+        """More input, after what it holds (the body bytes received since the head was parsed)."""
+        self.buf.seek(0, os.SEEK_END)
         self.buf.write(data)
 
     def chunk(self, size_hint: int | None = None) -> bytes:
@@ -80,14 +170,15 @@ class Conn:
         self.must_close = False  # the body was handed on incomplete: answer, then close
         self.continued = False  # "100 Continue" was sent here, so gunicorn must not send it again
         self.drop: str | None = None  # why the request is closed unanswered (framing not worth buffering)
-        self.parser: Any = None  # set in the pool thread
+        self.parser: Any = None  # the request's parser: from the head's parse in the poller, or the thread's
+        self._request: Any = None  # the request that parse produced, until the pool thread takes it
+        self._parsed = 0  # bytes of `data` the parser was given (what was buffered when the head was parsed)
         self.drained = 0  # bytes thrown away while lingering
         self._scan = 0  # where the search for the end of the head resumes
         self._head_len = 0  # bytes of request line and headers, once parsed
         self._length: int | None = None  # Content-Length, once parsed (None: chunked)
         self._chunk_pos = 0  # chunked: where the next chunk-size line starts
         self._chunk_body = 0  # chunked: body bytes seen so far
-        sock.setblocking(False)
 
     def start_request(self, now: float) -> None:
         """A new request begins (accept, or leftover/first bytes on a kept-alive connection)."""
@@ -95,7 +186,8 @@ class Conn:
         self.deadline = now + HEAD_DEADLINE
         self.must_close = self.continued = False
         self.drop = None
-        self._scan = self._head_len = 0
+        self.parser = self._request = None
+        self._scan = self._head_len = self._parsed = 0
         self._length = None
 
     def ready(self, cfg: Any, now: float) -> bool:
@@ -114,11 +206,14 @@ class Conn:
         return self.state is State.BODY
 
     def _head_done(self, cfg: Any, now: float) -> bool:
-        """Whether the head is in; parses it then. Leaves the state BODY when a body is still to come."""
+        """Whether the head is in; parses it then if it may frame a body. Leaves the state BODY when a
+        body is still to come."""
         found = _HEAD_END.search(self.data, max(0, self._scan - 3))
         if found is None and len(self.data) <= MAX_HEAD:
             self._scan = len(self.data)
             return False
+        if found is not None and _BODY_HEADER.search(self.data, 0, found.end()) is None:
+            return True  # no body: the pool thread parses the head (or refuses it)
         parser = buffer_parser(cfg, bytes(self.data), self.client)
         try:
             req = next(parser)
@@ -126,6 +221,7 @@ class Conn:
             return True
         if req is None:
             return True
+        self.parser, self._request, self._parsed = parser, req, len(self.data)
         self._head_len = len(self.data) - len(parser.unreader.buf.getvalue())
         reader = req.body.reader
         length = getattr(reader, "length", None)
@@ -147,7 +243,7 @@ class Conn:
 
     def _send_continue(self) -> None:
         try:
-            self.sock.send(_CONTINUE)  # a fresh socket's send buffer takes it whole
+            self.sock.send(_CONTINUE, socket.MSG_DONTWAIT)  # a fresh socket's send buffer takes it whole
             self.continued = True
         except OSError:
             pass  # the client sends its body anyway after a while (curl: 1 s), or it is gone
@@ -184,9 +280,24 @@ class Conn:
             self._chunk_body += size
             self._chunk_pos = end
 
+    def request(self, cfg: Any) -> Any:
+        """In the pool thread, once ready: the request, parsed (its body, and anything pipelined behind
+        it, in `parser`). The poller's parse of the head is taken as it is, with the bytes received
+        since; a head it could not parse is parsed again here, raising gunicorn's error."""
+        req, self._request = self._request, None
+        if req is None:
+            self.parser = buffer_parser(cfg, self.take(), self.client)
+            return next(self.parser)
+        rest, self.data = self.data[self._parsed:], bytearray()
+        if rest:
+            self.parser.unreader.feed(bytes(rest))
+        return req
+
     def take(self) -> bytes:
-        """The bytes for the pool thread (the request and anything pipelined behind it)."""
+        """All the bytes buffered (the request and anything pipelined behind it); the head's parse, if
+        any, is dropped with them."""
         data, self.data = bytes(self.data), bytearray()
+        self.parser = self._request = None
         return data
 
     def give_back(self, leftover: bytes) -> None:
@@ -196,7 +307,7 @@ class Conn:
     def recv(self, size: int = 65536) -> bytes | None:
         """Non-blocking read: the bytes, b"" when the client closed, None when nothing is there."""
         try:
-            return self.sock.recv(size)
+            return self.sock.recv(size, socket.MSG_DONTWAIT)
         except (BlockingIOError, InterruptedError):
             return None
         except OSError:
@@ -205,7 +316,6 @@ class Conn:
     def half_close(self) -> bool:
         """Send FIN (RFC 9112 section 9.6) before lingering; False when the socket is already gone."""
         try:
-            self.sock.setblocking(False)
             self.sock.shutdown(socket.SHUT_WR)
             return True
         except OSError:

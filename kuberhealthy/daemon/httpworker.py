@@ -3,8 +3,8 @@ only once its whole request is in (docs/interface.md#under-hostile-clients).
 
 gunicorn's gthread worker hands each accepted connection to a pool thread, which then blocks reading
 the request with no deadline: a few dozen clients that send half a request and stop hold every
-thread, and `/healthz` stops answering. Here the worker's main loop (a selector over non-blocking
-sockets) buffers the request line, the headers and the body (httpconn.py), with deadlines rather
+thread, and `/healthz` stops answering. Here the worker's main loop (a selector; its reads never
+block) buffers the request line, the headers and the body (httpconn.py), with deadlines rather
 than idle timeouts: the head within HEAD_DEADLINE of accept (or of a kept-alive request's first
 byte), the body within BODY_DEADLINE of its head; a connection that misses one is closed quietly (a
 DEBUG line and a count). Kept-alive connections wait in the selector, closed after `keepalive`
@@ -12,6 +12,14 @@ seconds idle. At most PER_SOURCE open connections per peer address and MAX_CONNS
 the oldest waiting (idle or stalled) connection of that source, or of the process, is closed; the
 new one is always taken. Answers are written by the pool thread with a deadline too (WRITE_TIMEOUT
 per write), and a closing connection lingers in the selector, not in a thread.
+
+The main loop is every request's way in and out, and each system call it makes hands the GIL to the
+busy pool threads and waits to get it back: under load that wait, not the call, is its cost. So the
+loop makes as few as it can: a client socket stays blocking for its whole life (the loop reads it
+with MSG_DONTWAIT; the pool thread writes it without switching modes), a head without a body is not
+parsed here (httpconn.py), and the arbiter hears from the worker once a HEARTBEAT, not every turn.
+gunicorn's own per-request reads of its settings go to FrozenSettings. `python -m bench.web_bench`
+measures `/` on this worker against bare Flask on stock gthread.
 
 HTTP/1 only (the daemon serves no TLS and no HTTP/2). Shutdown is gthread's: stop accepting, give
 kept-alive connections STOP_KEEPALIVE_LINGER, wait for the rest up to the graceful timeout.
@@ -34,17 +42,17 @@ from gunicorn.workers.gthread import STOP_KEEPALIVE_LINGER, ThreadWorker
 from prometheus_client import Counter
 from prometheus_client.registry import Collector
 
-from kuberhealthy.daemon.httpconn import Conn, State, buffer_parser, unread_bytes
+from kuberhealthy.daemon.httpconn import WRITE_TIMEOUT, AnswerSocket, Conn, State, unread_bytes
 
 logger = logging.getLogger(__name__)
 
 PER_SOURCE = 32  # open connections per peer address
 MAX_CONNS = 1000  # open connections in all
-WRITE_TIMEOUT = 10.0  # seconds one write of an answer may take (a client that does not read)
 LINGER = 2.0  # seconds a half-closed connection may keep sending before it is closed
 LINGER_MAX = 64 * 1024  # bytes drained from it at most
 ACCEPT_BATCH = 64  # connections taken per wake-up of the listener
 ACCEPT_PAUSE = 0.5  # seconds accepting pauses when out of descriptors and every connection is busy
+HEARTBEAT = 1.0  # seconds between the worker's notes to the arbiter (gunicorn's timeout is 60 s)
 
 HEAD_LATE, BODY_LATE, EVICTED_SOURCE, EVICTED_TOTAL, WRITE_LATE, DROPPED = (
     "head-deadline", "body-deadline", "source-cap", "total-cap", "write-timeout", "framing")
@@ -69,6 +77,32 @@ class ConnectionMetrics:
         return [self.closed]
 
 
+class FrozenSettings:
+    """gunicorn's Config read once, for a worker whose settings never change (a reload starts new
+    workers): each setting, and is_ssl, a plain attribute. gunicorn reads a setting through
+    Config.__getattr__, which runs only after a normal lookup failed (an AttributeError raised and
+    caught), some twenty times a request: read here, the same values cost `/` about a tenth less CPU
+    per request in bench.web_bench. Anything else (methods, `settings`) is the Config's."""
+
+    def __init__(self, cfg: Any) -> None:
+        self._cfg = cfg
+        for name in (*cfg.settings, "is_ssl"):
+            setattr(self, name, getattr(cfg, name))  # Config's property where it has one (sendfile, ...)
+        self._forwarded_networks = cfg.forwarded_allow_networks()
+        self._proxy_networks = cfg.proxy_allow_networks()
+
+    def forwarded_allow_networks(self) -> Any:
+        return self._forwarded_networks
+
+    def proxy_allow_networks(self) -> Any:
+        return self._proxy_networks
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "_cfg":  # not set yet (a copy being made): no endless lookup
+            raise AttributeError(name)
+        return getattr(self._cfg, name)
+
+
 class PollingWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn ships no types
     """gthread with the request buffered by the main loop (see the module docstring)."""
 
@@ -81,6 +115,7 @@ class PollingWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn ships no ty
         self._deadlines: list[tuple[float, int, Conn]] = []  # a heap; stale entries are skipped
         self._seq = itertools.count()
         self._accept_again = 0.0  # out of descriptors with nothing to close: accepting pauses until then
+        self._next_heartbeat = 0.0
 
     @classmethod
     def check_config(cls, cfg: Any, log: Any) -> None:
@@ -90,10 +125,11 @@ class PollingWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn ships no ty
     # -- the main loop ------------------------------------------------------------------------------
 
     def run(self) -> None:
+        self.cfg: Any = FrozenSettings(self.cfg)  # from here on every request reads it
         self.poller.register(self.method_queue.fileno(), selectors.EVENT_READ, self.method_queue.run_callbacks)
         self.set_accept_enabled(True)
         while self.alive:
-            self.notify()
+            self._heartbeat()
             self.wait_for_and_dispatch_events(timeout=self._timeout())
             if not self.is_parent_alive():
                 break
@@ -109,7 +145,7 @@ class PollingWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn ships no ty
                 self._set_deadline(conn, min(conn.deadline, now + STOP_KEEPALIVE_LINGER))
         graceful = now + self.cfg.graceful_timeout
         while self.conns and time.monotonic() < graceful:
-            self.notify()
+            self._heartbeat()
             self.wait_for_and_dispatch_events(timeout=self._timeout())
             self._expire(time.monotonic())
         for conn in list(self.conns):
@@ -119,6 +155,14 @@ class PollingWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn ships no ty
         self.method_queue.close()
         for s in self.sockets:
             s.close()
+
+    def _heartbeat(self) -> None:
+        """Tell the arbiter this worker lives (a file's mtime): at most every HEARTBEAT seconds, not at
+        every turn of the loop, whose every system call costs the main thread the GIL back."""
+        now = time.monotonic()
+        if now >= self._next_heartbeat:
+            self.notify()
+            self._next_heartbeat = now + HEARTBEAT
 
     def wait_for_and_dispatch_events(self, timeout: float) -> None:
         """gthread's, with each callback guarded: a bug met by one connection closes that connection,
@@ -174,7 +218,12 @@ class PollingWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn ships no ty
                 elif e.errno != errno.ECONNABORTED:
                     raise
                 return
-            self._admit(sock, client, listener.getsockname())
+            try:
+                answer = AnswerSocket.adopt(sock)
+            except OSError as e:  # the connection is closed; the next one may fare better
+                logger.debug("Dropping a connection from %s: %s", client, e)
+                continue
+            self._admit(answer, client, listener.getsockname())
 
     def _admit(self, sock: socket.socket, client: Any, server: Any) -> None:
         conn = Conn(sock, client, server, time.monotonic())
@@ -298,11 +347,6 @@ class PollingWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn ships no ty
         if not keepalive or conn.fileno() < 0:
             self._linger(conn)
             return
-        try:
-            conn.sock.setblocking(False)
-        except OSError:
-            self._drop(conn)
-            return
         now = time.monotonic()
         self._track(conn)
         self._watch(conn)
@@ -321,9 +365,7 @@ class PollingWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn ships no ty
         """In a pool thread: parse the buffered request with gunicorn's parser and answer it."""
         req = None
         try:
-            conn.sock.settimeout(WRITE_TIMEOUT)  # blocking, for the answer; nothing here reads the socket
-            conn.parser = buffer_parser(self.cfg, conn.take(), conn.client)
-            req = next(conn.parser)
+            req = conn.request(self.cfg)
             if conn.must_close:
                 req.force_close()
             if conn.continued:

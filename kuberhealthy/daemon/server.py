@@ -20,7 +20,7 @@ import queue
 import signal
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from types import FrameType
 from typing import Any
 
@@ -37,6 +37,7 @@ logger = logging.getLogger(__name__)
 GRACEFUL_TIMEOUT = 55  # seconds the arbiter waits for the worker before SIGKILL
 # report handling takes at most 24 (web.report.admission.REPORT_SLOTS): the rest stay free for `/` and probes
 HTTP_THREADS = 32
+KEEPALIVE = 5  # seconds a kept-alive connection may stay idle
 
 
 def _dual_stack() -> bool:
@@ -153,6 +154,26 @@ class _FlaskHolder:
         return self.app(environ, start_response)
 
 
+def http_settings(known: Collection[str]) -> dict[str, Any]:
+    """How the daemon serves HTTP, apart from where it listens, its logs and its hooks: one worker of
+    ours, its threads and timeouts. `known` is gunicorn's setting names (cfg.settings), for the ones
+    only some versions have. The web benchmark serves the app with these too."""
+    settings: dict[str, Any] = {
+        "workers": 1,
+        "worker_class": PollingWorker,  # gthread whose threads get only whole requests (httpworker.py)
+        "threads": HTTP_THREADS,
+        "graceful_timeout": GRACEFUL_TIMEOUT,
+        "timeout": 60,
+        "keepalive": KEEPALIVE,
+        "accesslog": None,
+    }
+    # gunicorn >= 25.1 opens a control socket under $HOME by default; the image's root is read-only and
+    # nothing of ours uses it (every replica is managed through the API), so it is turned off.
+    if "control_socket_disable" in known:
+        settings["control_socket_disable"] = True
+    return settings
+
+
 class KuberhealthyApplication(BaseApplication):  # type: ignore[misc]  # gunicorn ships no types
     def __init__(self, config: Config, kubeconfig: str | None, config_path: str | None) -> None:
         self.config = config
@@ -163,14 +184,8 @@ class KuberhealthyApplication(BaseApplication):  # type: ignore[misc]  # gunicor
 
     def load_config(self) -> None:
         settings = {
+            **http_settings(self.cfg.settings),
             "bind": [_bind(self.config)],
-            "workers": 1,
-            "worker_class": PollingWorker,  # gthread whose threads get only whole requests (httpworker.py)
-            "threads": HTTP_THREADS,
-            "graceful_timeout": GRACEFUL_TIMEOUT,
-            "timeout": 60,
-            "keepalive": 5,
-            "accesslog": None,
             "errorlog": "-",
             "loglevel": "warning" if self.config.log_level != "debug" else "info",
             "post_worker_init": _post_worker_init,
@@ -178,10 +193,6 @@ class KuberhealthyApplication(BaseApplication):  # type: ignore[misc]  # gunicor
             "when_ready": _when_ready,
             "proc_name": "kuberhealthy",
         }
-        # gunicorn >= 25.1 opens a control socket under $HOME by default; the image's root is read-only and
-        # nothing of ours uses it (every replica is managed through the API), so it is turned off.
-        if "control_socket_disable" in self.cfg.settings:
-            settings["control_socket_disable"] = True
         for key, value in settings.items():
             self.cfg.set(key, value)
 

@@ -14,8 +14,14 @@ from flask import Flask, current_app
 T = TypeVar("T")
 
 
+_KEYS: dict[type[object], str] = {}  # part() is on every request's path (`/` is polled): each key formatted once
+
+
 def _key(kind: type[object]) -> str:
-    return f"kuberhealthy:{kind.__module__}.{kind.__qualname__}"
+    key = _KEYS.get(kind)
+    if key is None:
+        key = _KEYS[kind] = f"kuberhealthy:{kind.__module__}.{kind.__qualname__}"
+    return key
 
 
 def install(app: Flask, *parts: object) -> None:

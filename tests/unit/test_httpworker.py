@@ -2,16 +2,22 @@
 
 A connection is ready for a pool thread only once its head and body are in (or it is to be handed on
 as it is: refused by gunicorn, or too large for the app's 413); the deadlines move with the request.
+A request is parsed once: in the pool thread when its head frames no body, else in the poller, whose
+parse the pool thread then takes. The poller's reads and writes never block. Writing answers under
+their deadline on real sockets: tests/integration/test_answer_writes.py.
 """
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from gunicorn import http as gunicorn_http
 from gunicorn.config import Config
 
+from kuberhealthy.daemon import httpworker
 from kuberhealthy.daemon.httpconn import (
     BODY_DEADLINE,
     HEAD_DEADLINE,
@@ -31,15 +37,22 @@ POST = b"POST /externalCheckStatus HTTP/1.1\r\nHost: x\r\n"
 
 
 class FakeSocket:
-    def __init__(self) -> None:
+    def __init__(self, incoming: list[bytes | type[OSError]] | None = None) -> None:
         self.sent = b""
+        self.flags: list[int] = []  # of every send and recv
+        self.incoming = incoming or []
 
-    def setblocking(self, flag: bool) -> None:
-        pass
-
-    def send(self, data: bytes) -> int:
+    def send(self, data: bytes, flags: int = 0) -> int:
+        self.flags.append(flags)
         self.sent += data
         return len(data)
+
+    def recv(self, size: int, flags: int = 0) -> bytes:
+        self.flags.append(flags)
+        got = self.incoming.pop(0)
+        if isinstance(got, bytes):
+            return got
+        raise got()
 
 
 def conn() -> tuple[Conn, FakeSocket]:
@@ -135,7 +148,76 @@ def test_a_client_that_expects_100_continue_gets_it_from_the_poller_once() -> No
     c, sock = conn()
     assert not feed(c, POST + b"Expect: 100-continue\r\nContent-Length: 2\r\n\r\n")
     assert sock.sent == b"HTTP/1.1 100 Continue\r\n\r\n" and c.continued
+    assert sock.flags == [socket.MSG_DONTWAIT]  # the poller never waits on a client's window
     assert feed(c, b"{}")
+
+
+def test_the_poller_reads_without_waiting_on_a_socket_that_stays_blocking() -> None:
+    sock = FakeSocket([b"GET / HTTP/1.1\r\n", BlockingIOError, ConnectionResetError, b""])
+    c = Conn(sock, ("127.0.0.9", 4321), ("127.0.0.1", 8080), NOW)  # type: ignore[arg-type]
+    assert [c.recv(), c.recv(), c.recv(), c.recv()] == [b"GET / HTTP/1.1\r\n", None, b"", b""]
+    assert sock.flags == [socket.MSG_DONTWAIT] * 4
+
+
+def counting_parsers(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many gunicorn parsers httpconn makes from here on."""
+    made = [0]
+    get_parser = gunicorn_http.get_parser
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        made[0] += 1
+        return get_parser(*args, **kwargs)
+    monkeypatch.setattr(gunicorn_http, "get_parser", counted)  # the module httpconn calls it from
+    return made
+
+
+def test_a_request_whose_head_frames_no_body_is_handed_on_unparsed_and_parsed_once_in_the_thread(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    made = counting_parsers(monkeypatch)
+    c, _ = conn()
+    assert feed(c, b"GET /?x=1 HTTP/1.1\r\nHost: x\r\nAccept: */*\r\n\r\n")
+    assert made == [0] and c.parser is None
+    req: Any = c.request(CFG)
+    assert (req.method, req.path, req.query, req.body.read()) == ("GET", "/", "x=1", b"")
+    assert made == [1] and unread_bytes(c.parser) == b""
+
+
+@pytest.mark.parametrize("header", [b"content-length: 2", b"CONTENT_LENGTH: 2", b"Content-Length: 2",
+                                   b"transfer-ENCODING: chunked", b"Transfer_Encoding: chunked"])
+def test_a_head_naming_a_body_in_any_spelling_is_parsed_in_the_poller(monkeypatch: pytest.MonkeyPatch,
+                                                                      header: bytes) -> None:
+    made = counting_parsers(monkeypatch)
+    c, _ = conn()
+    feed(c, POST + header + b"\r\n\r\n")
+    assert made == [1]
+
+
+def test_a_body_that_comes_after_its_head_reaches_the_thread_through_the_pollers_one_parse(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    made = counting_parsers(monkeypatch)
+    c, _ = conn()
+    second = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+    assert not feed(c, POST + b"Content-Length: 12\r\n\r\n{\"OK\": ")
+    assert not feed(c, b"tr")
+    assert feed(c, b"ue}" + second)
+    req: Any = c.request(CFG)
+    assert (req.method, req.body.read()) == ("POST", b'{"OK": true}')
+    assert c.parser.finish_body() and unread_bytes(c.parser) == second
+    assert made == [1] and not c.data
+
+
+def test_a_body_header_in_a_pipelined_request_does_not_hold_back_the_get_before_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    made = counting_parsers(monkeypatch)
+    c, _ = conn()
+    assert feed(c, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" + POST + b"Content-Length: 2\r\n\r\n{}")
+    assert made == [0]
+    req: Any = c.request(CFG)
+    assert req.method == "GET" and c.parser.finish_body()
+    c.give_back(unread_bytes(c.parser))
+    c.start_request(NOW + 1)
+    assert c.ready(CFG, NOW + 1) and made == [2]
+    assert c.request(CFG).body.read() == b"{}"
 
 
 def test_the_buffered_request_parses_with_gunicorns_parser_and_leaves_the_pipelined_one() -> None:
@@ -216,3 +298,44 @@ def test_deadlines_close_stalled_connections_and_idle_ones(worker: Any) -> None:
     conns[1].state = State.IDLE
     worker._expire(time.monotonic() + HEAD_DEADLINE + 0.1)
     assert stalled.closed and idle.closed and not worker.conns and not worker.by_source
+
+
+class Clock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+def test_the_worker_tells_the_arbiter_it_lives_once_a_heartbeat_not_at_every_turn_of_its_loop(
+        worker: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = Clock(NOW)
+    monkeypatch.setattr(httpworker, "time", clock)
+    notes: list[float] = []
+    monkeypatch.setattr(worker, "notify", lambda: notes.append(clock.now))
+    for step in range(25):  # 2.4 s of turns of the loop
+        clock.now = NOW + step * 0.1
+        worker._heartbeat()
+    assert notes == [NOW, NOW + 1.0, NOW + 2.0]
+
+
+def test_the_frozen_settings_read_as_gunicorns_config_does() -> None:
+    cfg = Config()
+    cfg.set("threads", 32)
+    cfg.set("keepalive", 7)
+    frozen = httpworker.FrozenSettings(cfg)
+    for name in cfg.settings:
+        assert getattr(frozen, name) == getattr(cfg, name), name  # sendfile and reuse_port: Config's properties
+    assert (frozen.threads, frozen.keepalive, frozen.is_ssl) == (32, 7, cfg.is_ssl)
+    assert frozen.forwarded_allow_networks() == cfg.forwarded_allow_networks()
+    assert frozen.proxy_allow_networks() == cfg.proxy_allow_networks()
+    assert frozen.worker_class_str == cfg.worker_class_str  # what it does not hold is the Config's
+    with pytest.raises(AttributeError):
+        frozen.no_such_setting  # noqa: B018
+
+
+def test_a_request_parsed_with_the_frozen_settings_is_the_one_parsed_with_the_config() -> None:
+    head = b"GET /x?y=1 HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: 10.0.0.1\r\nAccept: */*\r\n\r\n"
+    a, b = (next(buffer_parser(cfg, head, ("127.0.0.1", 9))) for cfg in (CFG, httpworker.FrozenSettings(CFG)))
+    assert (a.method, a.uri, a.headers, a.scheme, a.version) == (b.method, b.uri, b.headers, b.scheme, b.version)

@@ -1,6 +1,7 @@
 """listenAddress → gunicorn bind, with Go's meaning of `:port`; the gunicorn settings the image needs."""
 from kuberhealthy.base.config import from_mapping
-from kuberhealthy.daemon.server import KuberhealthyApplication, _bind
+from kuberhealthy.daemon.httpworker import PollingWorker
+from kuberhealthy.daemon.server import HTTP_THREADS, KEEPALIVE, KuberhealthyApplication, _bind, http_settings
 
 ENV = {"POD_NAME": "kh-0"}
 
@@ -21,3 +22,12 @@ def test_the_gunicorn_application_opens_no_control_socket_under_a_read_only_home
     if "control_socket_disable" in app.cfg.settings:  # gunicorn >= 25.1 has one, on by default
         assert app.cfg.control_socket_disable is True
     assert app.cfg.bind == ["127.0.0.1:9090"]
+
+
+def test_the_daemon_serves_with_its_own_worker_and_the_settings_the_web_benchmark_uses() -> None:
+    app = KuberhealthyApplication(from_mapping({"listenAddress": "127.0.0.1:9090"}, ENV), None, None)
+    settings = http_settings(app.cfg.settings)
+    assert settings["worker_class"] is PollingWorker
+    assert (settings["threads"], settings["keepalive"]) == (HTTP_THREADS, KEEPALIVE)
+    for key, value in settings.items():
+        assert getattr(app.cfg, key) == value, key

@@ -5,10 +5,12 @@ behaviour over real services and a real socket is tested in tests/integration/we
 """
 from __future__ import annotations
 
+import io
 import json
 import uuid
 from typing import Any
 
+import pytest
 from flask.testing import FlaskClient
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -105,6 +107,36 @@ def test_a_status_page_request_with_a_body_is_refused_as_a_misdirected_report(cl
     answer = client.post("/", data=json.dumps(OK), content_type="application/json")
     assert answer.status_code == 400 and "reporting to the right status url" in answer.text
     assert one_line(answer.text)
+
+
+def test_a_status_page_request_with_a_chunked_body_is_refused_too(client: FlaskClient) -> None:
+    answer = client.post("/", input_stream=io.BytesIO(json.dumps(OK).encode()),
+                         headers={"Transfer-Encoding": "chunked", "Content-Type": "application/json"},
+                         environ_overrides={"wsgi.input_terminated": True})  # as gunicorn says of a chunked body
+    assert answer.status_code == 400 and "reporting to the right status url" in answer.text
+
+
+@pytest.mark.parametrize("how", ["no length", "length 0", "empty chunked"])
+def test_a_status_page_request_without_a_body_is_served_however_it_says_so(client: FlaskClient, how: str) -> None:
+    cases: dict[str, dict[str, Any]] = {  # the Flask test client's keyword arguments
+        "no length": {},
+        "length 0": {"headers": {"Content-Length": "0"}},
+        "empty chunked": {"input_stream": io.BytesIO(b""), "headers": {"Transfer-Encoding": "chunked"},
+                          "environ_overrides": {"wsgi.input_terminated": True}},
+    }
+    kwargs = cases[how]
+    answer = client.get("/", **kwargs)
+    assert answer.status_code == 200 and answer.get_json()["CurrentMaster"] == POD_NAME
+
+
+@pytest.mark.parametrize("query", ["", "?", "?format=json", "?namespace=", "?namespace=,", "?other=1"])
+def test_a_query_without_a_namespace_gets_the_whole_status_page(fake_services: FakeServices, client: FlaskClient,
+                                                               query: str) -> None:
+    fake_services.api.put(KHSTATES, khstate_of("a", namespace="team-a"))
+    fake_services.api.put(KHSTATES, khstate_of("b", namespace="team-b"))
+    answer = client.get("/" + query)
+    assert answer.status_code == 200 and sorted(answer.get_json()["CheckDetails"]) == ["team-a/a", "team-b/b"]
+    assert answer.data == client.get("/").data
 
 
 # --- metrics and probes ----------------------------------------------------------------------------------

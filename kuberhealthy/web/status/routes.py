@@ -7,6 +7,9 @@ carries a body: that is a checker reporting to the wrong URL. With `dashboardAtR
 serves the dashboard (the overview create_app hands in as HtmlRoot) to a GET whose Accept ranks
 text/html above application/json, and says `Vary: Accept`; every other request, and `?format=json`,
 still gets the JSON.
+
+`/` is what monitors poll, so its usual request (no body, no query string) is told from the WSGI
+environ without parsing headers or query, and looks up only the parts it uses.
 """
 from __future__ import annotations
 
@@ -43,6 +46,9 @@ class HtmlRoot:
 
 
 def request_has_body() -> bool:
+    environ = request.environ
+    if environ.get("CONTENT_LENGTH", "") in ("", "0") and "HTTP_TRANSFER_ENCODING" not in environ:
+        return False  # the usual GET, told without parsing the headers
     length = request.content_length
     if length:
         return True
@@ -57,16 +63,16 @@ def status_page() -> Response:
         logger.warning("Unexpected body on a status page request from %s to %s; is a check reporting to the "
                        "wrong URL?", request.remote_addr, request.full_path)
         return plain(400, WRONG_URL)
-    ctx = context()
-    negotiate = ctx.services.config.dashboard_at_root  # off by default: `/` is the v2 JSON for everyone
-    root = part(HtmlRoot)
-    if (negotiate and request.method in ("GET", "HEAD") and request.args.get("format") != "json"
-            and root.prefers_html(request.accept_mimetypes)):
+    services = context().services
+    negotiate = services.config.dashboard_at_root  # off by default: `/` is the v2 JSON for everyone
+    query = bool(request.environ.get("QUERY_STRING"))  # parsed only when there is one
+    if (negotiate and request.method in ("GET", "HEAD") and not (query and request.args.get("format") == "json")
+            and (root := part(HtmlRoot)).prefers_html(request.accept_mimetypes)):
         resp = root.page()
     else:
-        raw = request.args.get("namespace", "")
+        raw = request.args.get("namespace", "") if query else ""
         namespaces = requested_namespaces(raw) if raw else None
-        page = part(StatusCache).page(ctx.services.current_master(), namespaces)
+        page = part(StatusCache).page(services.current_master(), namespaces)
         resp = Response(page, content_type="application/json")
     if negotiate:
         resp.vary.add("Accept")
