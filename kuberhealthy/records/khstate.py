@@ -307,14 +307,18 @@ class _Superseded(Exception):
 
 
 def record_error(w: RunWrite, errors: list[str], run_duration: str = "", node: str = "", *,
-                 now: dt.datetime | None = None, history: HistoryWrite | None = None) -> Obj | None:
+                 now: dt.datetime | None = None, history: HistoryWrite | None = None,
+                 hint: Obj | None = None) -> Obj | None:
     """The run failed: OK false with the given errors; the current uuid is kept.
 
     With a `w.run_uuid`, nothing is written (None returned) unless the khstate still names that run: a
-    stopped or late run must never overwrite its successor's result.
+    stopped or late run must never overwrite its successor's result. `hint` (the cache's copy) saves the
+    read when it names this run; otherwise "claimed by another run" is decided on a fresh read.
     """
     when = format_datetime(now or utcnow())
     run_uuid = w.run_uuid or None
+    if hint is not None and (run_uuid is None or Spec.of(hint).uuid != run_uuid):
+        hint = None
 
     def change(obj: Obj) -> None:
         if run_uuid is not None and str(obj["spec"].get("uuid") or "") != run_uuid:
@@ -339,7 +343,7 @@ def record_error(w: RunWrite, errors: list[str], run_duration: str = "", node: s
             return write(current)
         except _Superseded:
             return None
-    out = w.update(mutate)
+    out = w.update(mutate, hint)
     if run_uuid is not None and (out is None or Spec.of(out).uuid != run_uuid):
         return None
     return out

@@ -26,6 +26,7 @@ from kuberhealthy.run.podstate import (
     ERR_RUNNING,
     ERR_START,
     RunPod,
+    container_started,
     live,
     pending,
     start_failure,
@@ -69,10 +70,11 @@ def settled(guard: Guard, pod: RunPod) -> Ending | None:
     the run's end: v2's reason for where the pod is (a failure, or a skip if the control plane was
     impaired during the run), or removed() for a pod someone else deleted. Raises Skipped when the
     API server cannot be read."""
-    reported = guard.reported() or guard.report_confirmed()
     now = guard.read_pod(pod.name, pod.uid)
     if now is not None:
         pod.see(now)
+    # A pod none of whose containers has run cannot have reported: no read of the khstate for it.
+    reported = guard.reported() or ((now is None or container_started(now)) and guard.report_confirmed())
     if pod.deleted(now) or (now is None and not reported):
         return Ending(removed("exited" if reported else "reported"))
     if reported:

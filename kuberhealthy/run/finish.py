@@ -86,7 +86,7 @@ class Recorder:
 
         def write(timeout: float) -> Obj | None:
             return khstate.record_error(self.ctx.state_write(timeout, until), errors, format_duration(seconds), node,
-                                        history=history)
+                                        history=history, hint=self.ctx.cached_state())
         try:
             self.written = self.guard.call("record the failure", write, until)
         except Skipped as e:

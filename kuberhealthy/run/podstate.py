@@ -213,7 +213,7 @@ class RunPod:
 def read_log_tail(api: Api, namespace: str, name: str, pod: Obj | None, timeout: float) -> str:
     """The end of the checker's log (its first container when it has several), through the API
     server; a log that cannot be read is said so (history.log_unavailable), never raised."""
-    if pod is not None and not _any_container_started(pod):
+    if pod is not None and not container_started(pod):
         return log_unavailable("no container of the checker pod has started")  # the API server says 400
     containers = ((pod or {}).get("spec") or {}).get("containers") or []
     container = str(containers[0].get("name") or "") if len(containers) > 1 else None
@@ -224,7 +224,7 @@ def read_log_tail(api: Api, namespace: str, name: str, pod: Obj | None, timeout:
         return log_unavailable(str(e))
 
 
-def _any_container_started(pod: Obj) -> bool:
+def container_started(pod: Obj) -> bool:
     """Whether a container of the pod has run (running or terminated, now or last time): only then has
     it a log. A pod still Pending, waiting on its image or its node, has none."""
     status = pod.get("status") or {}

@@ -188,6 +188,20 @@ def test_a_pod_that_never_leaves_pending_fails_as_not_seen_running_within_the_ti
     assert gone(fake_services, pod)
 
 
+def test_a_run_that_times_out_pending_reads_only_its_pod_then_records_from_its_cache(
+        fake_services: FakeServices) -> None:
+    """A slow start costs no more than a quick run: the pod's fresh read (its containers never ran, so no
+    report can be stored: no khstate read), the failure written from the cached khstate, the eviction."""
+    fake_services.api.put(KHSTATES, khstate_of("probe", uuid="the-run-before"))
+    run = Run(fake_services)
+    run.pod()
+    fake_services.clock.advance(PAST_DEADLINE)
+    assert run.result().outcome is Outcome.FAILED
+    assert [(c.method, c.plural) for c in fake_services.api.calls
+            if c.plural in ("khstates", "pods")] == [
+        ("replace", "khstates"), ("create", "pods"), ("get", "pods"), ("evict_pod", "pods"), ("replace", "khstates")]
+
+
 def test_a_checker_that_never_reports_times_out_waiting_for_the_report(fake_services: FakeServices) -> None:
     run = Run(fake_services)
     pod = fake_services.kubelet.run(run.pod())
