@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: help venv testbed demo test test-unit test-integration e2e test-slow lint actionlint-install bench work-budget scale faults image image-test image-tools screenshots attack demo-node node-start node-stop node-status clean release-test release-build release-push
+.PHONY: help venv testbed demo test test-unit test-integration e2e test-slow lint actionlint-install bench work-budget saturate scale faults image image-test image-tools screenshots attack demo-node node-start node-stop node-status clean release-test release-build release-push
 
 help:
 	@echo "make demo    - local API server + sample checks + simulated kubelet + the daemon"
@@ -23,6 +23,7 @@ help:
 	@echo "make screenshots - the dashboard (light, dark, phone) from the demo, into docs/"
 	@echo "make image   - build the daemon image (docker, podman or buildah; BASE_IMAGE=debian: no registry)"
 	@echo "make image-test - build the image on a Debian-made base and smoke-test it (part of make test)"
+	@echo "make saturate - pods that start slowly: daemon CPU, API requests, memory per run as the backlog grows (~9 min)"
 	@echo "make scale   - N checks on one daemon (250, 1000, 2000): lag, failures, CPU, memory, API; targets at 1000"
 	@echo "make attack  - slow clients, report floods, cross-site run-now, squatted names, event spam vs a real daemon: targets table"
 	@echo "make faults  - API server restart/freeze/outage, silent network, leader kill, config reload: invariants table (~10 min)"
@@ -117,6 +118,10 @@ work-budget: venv
 # The dashboard in headless chromium (Debian's, installed by hack/tools.sh) from the demo: docs/*.png.
 screenshots: venv testbed
 	$(BIN)/python -m testbed.demo.screenshots
+
+# The test bed saturated on purpose: pods start slower than checks fall due; work per run by step (~9 min).
+saturate: venv testbed
+	$(BIN)/python -m bench.saturate $(SATURATE_ARGS)
 
 scale: venv testbed
 	$(BIN)/python -m bench.scale $(SCALE_ARGS)

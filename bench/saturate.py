@@ -26,8 +26,9 @@ over one interval instead, for runs due evenly). --soak adds one more step at th
                 a 500 "context canceled" is a request the daemon gave up waiting for).
   CPU per run   utime+stime of the daemon's process tree (children reaped included) over the window,
                 per run started.
-  memory        peak and end-of-window PSS of the daemon's tree (every 2 s) with its slope (MB/min),
-                threads, and what the caches hold as the API server serialises it (khstates, pods).
+  memory        peak and end-of-window PSS of the daemon's tree (every 2 s) with its slope (MB/min), PSS
+                by kind of mapping (heap, anonymous, thread stacks, files), threads, its connections to
+                the API server, and what the caches hold as the API server serialises it (khstates, pods).
   watch events  pod and khstate events this harness's watches saw (the daemon's watches see the same
                 objects), per run started.
   `/`           GET / at --poll-rate (0: off) during the window: p50/p99 seconds.
@@ -37,7 +38,8 @@ saturate.md and, with --keep-audit, the audit log stay under --results.
 
 Usage: python -m bench.saturate [--checks 200] [--interval 30] [--timeout 20] [--delay 2]
                                 [--factors 2,1,0.5,0.25] [--warmup 150] [--settle 30] [--window 60]
-                                [--soak 0] [--stagger] [--keep-audit]
+                                [--soak 0] [--stagger] [--history-length N] [--daemon-env NAME=VALUE]
+                                [--keep-audit]
 """
 from __future__ import annotations
 
@@ -45,6 +47,7 @@ import argparse
 import datetime as dt
 import json
 import logging
+import os
 import re
 import shutil
 import signal
@@ -315,6 +318,35 @@ def smaps_mb(root: int) -> dict[str, float]:
     return {k: round(v / MB, 1) for k, v in sorted(kb.items())}
 
 
+def api_connections(root: int, port: int) -> int:
+    """TCP connections of the daemon's tree established to the API server's port now (each one a TLS
+    session with its buffers: the client keeps up to its pool's size)."""
+    inodes: set[str] = set()
+    for pid in process_tree(root):
+        try:
+            fds = list(Path(f"/proc/{pid}/fd").iterdir())
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(fd)
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            f = line.split()
+            if len(f) > 9 and f[3] == "01" and int(f[2].rsplit(":", 1)[1], 16) == port and f[9] in inodes:
+                count += 1
+    return count
+
+
 def per(n: float, runs: int, digits: int = 2) -> float | None:
     return round(n / runs, digits) if runs else None
 
@@ -357,6 +389,7 @@ class Bench:
             if a.history_length is not None:
                 settings["historyLength"] = a.history_length
             daemon = DaemonProcess(cluster, self.outdir, "kuberhealthy-saturate-0", ns, settings)
+            daemon.env.update(dict(e.split("=", 1) for e in a.daemon_env))
             daemon.start()
             assert daemon.proc is not None
             d = daemon
@@ -464,6 +497,7 @@ class Bench:
         end.sample()
         row["mem"]["end_pss_mb"] = round(end.peak_pss_kb / MB, 1)
         row["mem"]["end_pss_by_kind_mb"] = smaps_mb(daemon.proc.pid)
+        row["mem"]["api_connections"] = api_connections(daemon.proc.pid, cluster.api_port)
         row["objects"] = self.object_sizes(cluster)
         self.print_step(row)
         return row
@@ -548,7 +582,8 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
                      f"skipped {r['runs']['skipped_by']}; kubelet {r.get('kubelet', {})}")
         lines.append(f"    - failed runs ended past their deadline by (s): {r['runs']['failed_past_deadline_s']}; "
                      f"pods at the window's end: {r['pods_at_end']}; objects (serialised): {r['objects']}; "
-                     f"PSS by kind (MB): {r['mem'].get('end_pss_by_kind_mb')}")
+                     f"PSS by kind (MB): {r['mem'].get('end_pss_by_kind_mb')}; connections to the API server: "
+                     f"{r['mem'].get('api_connections')}")
         lines += [f"    - {per(n, r['runs']['started'])}/run ({n}) {w}" for w, n in r["runs"]["lines"].items()]
     if len(rows) >= 2:
         lines += ["", f"Most saturated ({rows[-1]['factor']:g}x) against least ({rows[0]['factor']:g}x):",
@@ -591,6 +626,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--history-length", type=int, default=None,
                     help="the daemon's historyLength (default: its own, 24 runs: the khstates keep growing until "
                          "24 intervals have passed, which PSS shows apart from any saturation; 4 fills in the warm-up)")
+    ap.add_argument("--daemon-env", action="append", default=[], metavar="NAME=VALUE",
+                    help="an environment variable for the daemon (repeatable), e.g. MALLOC_ARENA_MAX=2")
     ap.add_argument("--log-level", default="info", help="the daemon's logLevel")
     ap.add_argument("--results", default="", help="where logs go (default /tmp/kh-saturate-<time>)")
     ap.add_argument("--keep-audit", action="store_true", help="keep the test bed's audit log")
