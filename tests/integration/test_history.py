@@ -271,12 +271,14 @@ def test_a_failing_checker_s_log_tail_is_read_through_the_api_server_into_its_hi
     assert asked and asked[0].node_ip == dict(kubelet.nodes)[result.node]  # the node's endpoint, via the API server
     assert asked[0].query["tailLines"] == "40"
 
-    # A log the kubelet cannot give (the container never started) is recorded as such; the run is not held up.
+    # A pod none of whose containers started has no log: recorded as such, not asked for (the kubelet
+    # would answer 400), and the run is not held up.
     stuck = run(d, check_spec(namespace, "kh-sim/ok", name="tail", timeout="2s", env={"SIM_PENDING_DELAY": "30"}))[0]
     assert stuck.outcome is Outcome.FAILED
     entry = spec_of(cluster, namespace, "tail")["history"][0]
     assert entry["outcome"] == f"failed: {ERR_RUNNING}"
-    assert entry["logs"].startswith("(log not available: ") and "waiting to start" in entry["logs"]
+    assert entry["logs"] == "(log not available: no container of the checker pod has started)"
+    assert not [r for r in kubelet.log_requests if r.pod == f"{namespace}/{stuck.pod}"]
 
 
 def test_with_capture_logs_off_no_log_is_read_or_kept(
