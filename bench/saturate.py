@@ -9,9 +9,10 @@ The due rate is N / interval pods per second; the steps set R to --factors x the
 1, 0.5, 0.25), from least to most saturated, without restarting anything (the kubelet re-reads its rate
 file). The first step is measured after --warmup (default 5 intervals: by then the reaper keeps its 4
 Succeeded pods per check and deletes one per run, so the pod cache is full), each later one after
---settle seconds; each is measured for --window seconds (keep it whole intervals: the daemon starts a
-batch of checks 33 per second, so runs come due in a burst every interval; --stagger creates the checks
-over one interval instead, for runs due evenly). --soak adds one more step at the last factor.
+--settle seconds; each is measured for --window seconds (keep it whole intervals: the daemon spreads a
+batch of checks created together over half an interval, so runs come due in that half of every interval;
+--stagger creates the checks over one interval instead, for runs due evenly over all of it). --soak adds
+one more step at the last factor.
 
   runs          from the daemon's log: runs started; runs ended OK ("Run done"), failed on a timeout
                 (v2's "... within timeout" / "timed out ..." reasons), failed otherwise, skipped (by
@@ -33,7 +34,10 @@ over one interval instead, for runs due evenly). --soak adds one more step at th
                 objects), per run started.
   `/`           GET / at --poll-rate (0: off) during the window: p50/p99 seconds.
 At the end: the ratio of the most saturated step to the least for CPU/run, API/run, peak PSS and watch
-events/run ("flat": within +-15 %). Logs, the rows (rows.json), the last khstates (khstates.json),
+events/run ("flat": within +-15 %), the answers outside 2xx per run (retried or repeated work), and API
+requests and CPU per run by outcome: what an OK run and a failed run cost (fitted over the steps; a failed
+run reads and evicts its pod) and how far each step is from that (with 3 steps or more: the cost of a run
+must not grow with the backlog). Logs, the rows (rows.json), the last khstates (khstates.json),
 saturate.md and, with --keep-audit, the audit log stay under --results.
 
 Usage: python -m bench.saturate [--checks 200] [--interval 30] [--timeout 20] [--delay 2]
@@ -64,9 +68,11 @@ from bench.scaleprobe import (
     ApiWatch,
     Poller,
     TreeSampler,
+    audit_answers,
+    audit_mark,
+    audit_since,
     count_audit,
     histogram_delta,
-    parse_time,
     process_tree,
     scrape_histogram,
 )
@@ -238,59 +244,6 @@ def read_runs(log: Path, t0: float, t1: float, timeout: float) -> dict[str, Any]
             ended["ok" if how == "done" else how] += 1
     return {"started": started, "ended": dict(ended), "failed_by": dict(failed_by), "skipped_by": dict(skipped_by),
             "failed_past_deadline_s": summary(late), "lines": dict(lines.most_common(15))}
-
-
-def audit_answers(path: Path, offset: int, t0: float, t1: float, agent_prefix: str) -> Counter[str]:
-    """Like count_audit, keyed `verb resource code` for the answers outside 2xx only."""
-    counts: Counter[str] = Counter()
-    needle = f'"userAgent":"{agent_prefix}'.encode()
-    with open(path, "rb") as f:
-        f.seek(offset)
-        for line in f:
-            if needle not in line:
-                continue
-            try:
-                e = json.loads(line)
-            except ValueError:
-                continue
-            code = int((e.get("responseStatus") or {}).get("code") or 0)
-            at = parse_time(e.get("requestReceivedTimestamp"))
-            if (e.get("verb") == "watch" or e.get("stage") != "ResponseComplete" or 200 <= code < 300 or at is None
-                    or not t0 <= at <= t1):
-                continue
-            ref = e.get("objectRef") or {}
-            res = str(ref.get("resource") or "?") + (f"/{ref['subresource']}" if ref.get("subresource") else "")
-            counts[f"{e.get('verb')} {res} {code}"] += 1
-    return counts
-
-
-AuditCounter = Callable[[Path, int, float, float, str], Counter[str]]
-
-
-def audit_mark(log: Path) -> tuple[int, int]:
-    """Where the audit log is now: (inode, size)."""
-    try:
-        st = log.stat()
-    except OSError:
-        return (0, 0)
-    return (st.st_ino, st.st_size)
-
-
-def audit_since(count: AuditCounter, log: Path, mark: tuple[int, int], t0: float, t1: float,
-                agent_prefix: str) -> Counter[str]:
-    """count() over the audit log since `mark`, across the API server's rotations (at 100 MB the log is
-    renamed audit-<time>.log, keeping its inode, and a new audit.log begins)."""
-    total: Counter[str] = Counter()
-    for path in [*sorted(log.parent.glob(f"{log.stem}-*{log.suffix}")), log]:
-        try:
-            st = path.stat()
-        except OSError:
-            continue
-        if st.st_ino == mark[0]:
-            total += count(path, mark[1], t0, t1, agent_prefix)
-        elif st.st_mtime >= t0:  # begun (or rotated away) after the mark
-            total += count(path, 0, t0, t1, agent_prefix)
-    return total
 
 
 def smaps_mb(root: int) -> dict[str, float]:
@@ -477,6 +430,7 @@ class Bench:
                "api": {"requests": sum(calls.values()), "per_run": per(sum(calls.values()), started),
                        "by_kind_per_run": {k: per(v, started) for k, v in calls.most_common()},
                        "not_2xx": dict(answers.most_common()),
+                       "troubled_per_run": per(sum(v for k, v in answers.items() if not k.endswith(" 404")), started),
                        "creates_per_run": per(calls["create pods"], started),
                        "evictions_per_run": per(calls["create pods/eviction"], started),
                        "evictions_accepted_per_run": per(calls["create pods/eviction"] - sum(
@@ -552,6 +506,34 @@ def ratio_line(name: str, rows: list[dict[str, Any]], get: Callable[[dict[str, A
     return f"- {name}: {fmt(first)} -> {fmt(last)}, ratio {ratio:.2f} ({verdict}, flat = within +-{FLAT:.0%})"
 
 
+def by_outcome(name: str, rows: list[dict[str, Any]], get: Callable[[dict[str, Any]], Any]) -> str:
+    """A per-run figure as an OK run's cost and a failed run's (least squares over the steps' mixes of OK and
+    not OK runs), and each step's departure from that: a failed run may cost more than an OK one (its pod
+    is read and evicted), but neither cost may grow with the backlog. Needs 3 steps or more."""
+    points = []
+    for r in rows:
+        ended, value = sum(r["runs"]["ended"].values()), get(r)
+        if ended and value is not None:
+            points.append((r["runs"]["ended"].get("ok", 0) / ended, float(value), r["factor"]))
+    if len(points) < 3:
+        return f"- {name} by outcome: - (needs 3 steps with runs)"
+    # value = ok_cost * f + failed_cost * (1 - f): two unknowns, the normal equations
+    s_ff = sum(f * f for f, _, _ in points)
+    s_gg = sum((1 - f) ** 2 for f, _, _ in points)
+    s_fg = sum(f * (1 - f) for f, _, _ in points)
+    s_fv = sum(f * v for f, v, _ in points)
+    s_gv = sum((1 - f) * v for f, v, _ in points)
+    det = s_ff * s_gg - s_fg * s_fg
+    if abs(det) < 1e-9:
+        return f"- {name} by outcome: - (the steps' outcome mixes are too alike to tell the costs apart)"
+    ok_cost, failed_cost = (s_fv * s_gg - s_gv * s_fg) / det, (s_gv * s_ff - s_fv * s_fg) / det
+    off = [(factor, v / (ok_cost * f + failed_cost * (1 - f)) - 1) for f, v, factor in points]
+    steps = ", ".join(f"{factor:g}x {d:+.0%}" for factor, d in off)
+    verdict = "flat" if max(abs(d) for _, d in off) <= FLAT else "NOT flat"
+    return (f"- {name} by outcome: an OK run {ok_cost:.2f}, a failed one {failed_cost:.2f}; each step against that: "
+            f"{steps} ({verdict}; flat = every step within +-{FLAT:.0%})")
+
+
 def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
     head = ("| start rate (x due) | backlog mean / peak | runs started | OK / timed out / other fail / skipped | "
             "creates / evictions (accepted) / deletes per run | API per run | CPU ms per run | "
@@ -589,8 +571,13 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
         lines += ["", f"Most saturated ({rows[-1]['factor']:g}x) against least ({rows[0]['factor']:g}x):",
                   ratio_line("daemon CPU ms per run started", rows, lambda r: r["cpu"]["ms_per_run"]),
                   ratio_line("API requests per run started", rows, lambda r: r["api"]["per_run"]),
+                  "- answers outside 2xx, 404s apart (conflicts, timeouts, 5xx: retried or repeated work) per run "
+                  f"started: {fmt(rows[0]['api'].get('troubled_per_run'))} -> "
+                  f"{fmt(rows[-1]['api'].get('troubled_per_run'))}",
                   ratio_line("peak PSS MB", rows, lambda r: r["mem"]["peak_pss_mb"]),
-                  ratio_line("watch events per run started", rows, lambda r: r["watch_events"]["per_run"])]
+                  ratio_line("watch events per run started", rows, lambda r: r["watch_events"]["per_run"]),
+                  by_outcome("API requests per run", rows, lambda r: r["api"]["per_run"]),
+                  by_outcome("daemon CPU ms per run", rows, lambda r: r["cpu"]["ms_per_run"])]
         history = 24 if args.history_length is None else args.history_length
         if args.warmup < history * args.interval:
             lines.append(f"- note: the khstates' history ({history} runs) was still filling at the first step "
@@ -622,7 +609,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--poll-rate", type=float, default=0.5, help="GET / per second during the windows (0: off)")
     ap.add_argument("--stagger", action="store_true",
                     help="create the checks one by one over an interval (runs due evenly) instead of at once "
-                         "(the daemon then starts them in one batch, 33 per second, every interval)")
+                         "(the daemon then spreads them over half an interval, every interval)")
     ap.add_argument("--history-length", type=int, default=None,
                     help="the daemon's historyLength (default: its own, 24 runs: the khstates keep growing until "
                          "24 intervals have passed, which PSS shows apart from any saturation; 4 fills in the warm-up)")

@@ -68,6 +68,8 @@ from bench.scaleprobe import (
     Poller,
     StateLog,
     TreeSampler,
+    audit_mark,
+    audit_since,
     count_audit,
     histogram_delta,
     machine_busy_seconds,
@@ -264,7 +266,7 @@ def measure(args: argparse.Namespace, outdir: Path) -> dict[str, Any]:
         api_pids = [p.pid for p in cluster.procs.values()]
         w0, wall0 = time.monotonic(), time.time()
         mono_to_unix = wall0 - w0
-        audit0 = cluster.audit_offset()
+        audit0 = audit_mark(cluster.audit_log)
         usage0 = resource.getrusage(resource.RUSAGE_SELF)
         cpu0 = {"daemon": cpu_seconds(tree, reaped_children=True), "api": cpu_seconds(api_pids, reaped_children=True),
                 "sim": cpu_seconds([sim.pid], reaped_children=True),
@@ -327,8 +329,8 @@ def measure(args: argparse.Namespace, outdir: Path) -> dict[str, Any]:
                       "peak_threads": sampler.peak_threads, "peak_processes": sampler.peak_processes,
                       "samples": sampler.samples}
         time.sleep(1.0)  # the audit log is written asynchronously to the answers
-        daemon_calls = count_audit(cluster.audit_log, audit0, wall0, wall1, DAEMON_AGENT)
-        sim_calls = count_audit(cluster.audit_log, audit0, wall0, wall1, SIM_AGENT)
+        daemon_calls = audit_since(count_audit, cluster.audit_log, audit0, wall0, wall1, DAEMON_AGENT)
+        sim_calls = audit_since(count_audit, cluster.audit_log, audit0, wall0, wall1, SIM_AGENT)
         total = sum(daemon_calls.values())
         row["api"] = {"requests": total, "per_s": round(total / elapsed, 2),
                       "per_run": round(total / runs, 2) if runs else None,

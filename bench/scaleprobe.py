@@ -7,7 +7,9 @@ Each one measures the daemon from outside, independently of its own code and num
   StateLog     every distinct khstate version seen (the false-failure record).
   TreeSampler  a process tree's CPU (utime+stime, children included), PSS, RSS and threads from /proc.
   Poller       `GET /` at a fixed rate (open loop: a slow answer does not delay the next request).
-  scrape_histogram, count_audit  the daemon's own histogram, and the API server's audit log.
+  scrape_histogram  the daemon's own histogram.
+  audit_since(count_audit | audit_answers)  the API server's audit log since a mark, across its rotations:
+               requests by kind, answers outside 2xx (one scan: audit_requests).
 Nothing here is imported by the product, and nothing here writes to the API server.
 """
 from __future__ import annotations
@@ -21,7 +23,7 @@ import threading
 import time
 import urllib.parse
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -419,15 +421,14 @@ def histogram_delta(before: dict[str, Any] | None, after: dict[str, Any] | None)
             "since_start": base is not before}
 
 
-def count_audit(path: Path, offset: int, t0: float, t1: float, agent_prefix: str) -> Counter[str]:
-    """Non-watch requests with a user agent starting with agent_prefix, received in [t0, t1] (unix s),
-    read from byte `offset` on; keyed `verb resource[/subresource]`."""
-    counts: Counter[str] = Counter()
+def audit_requests(path: Path, offset: int, t0: float, t1: float, agent_prefix: str) -> Iterator[dict[str, Any]]:
+    """The audit log's completed non-watch requests with a user agent starting with agent_prefix, received
+    in [t0, t1] (unix s), read from byte `offset` on (an offset inside a line skips the rest of it)."""
     needle = f'"userAgent":"{agent_prefix}'.encode()
     with open(path, "rb") as f:
         f.seek(max(0, offset - 1))
         if offset and f.read(1) != b"\n":
-            f.readline()  # the offset fell inside a line: skip its rest
+            f.readline()
         for line in f:
             if needle not in line:
                 continue
@@ -438,11 +439,56 @@ def count_audit(path: Path, offset: int, t0: float, t1: float, agent_prefix: str
             if e.get("verb") == "watch" or e.get("stage") != "ResponseComplete":
                 continue
             at = parse_time(e.get("requestReceivedTimestamp"))
-            if at is None or not t0 <= at <= t1:
-                continue
-            ref = e.get("objectRef") or {}
-            res = str(ref.get("resource") or e.get("requestURI", "?"))
-            if ref.get("subresource"):
-                res += "/" + str(ref["subresource"])
-            counts[f"{e.get('verb')} {res}"] += 1
+            if at is not None and t0 <= at <= t1:
+                yield e
+
+
+def request_kind(e: dict[str, Any]) -> str:
+    """`verb resource[/subresource]` of an audit entry."""
+    ref = e.get("objectRef") or {}
+    res = str(ref.get("resource") or e.get("requestURI", "?"))
+    return f"{e.get('verb')} {res}" + (f"/{ref['subresource']}" if ref.get("subresource") else "")
+
+
+def count_audit(path: Path, offset: int, t0: float, t1: float, agent_prefix: str) -> Counter[str]:
+    """audit_requests() by kind: `verb resource[/subresource]`."""
+    return Counter(request_kind(e) for e in audit_requests(path, offset, t0, t1, agent_prefix))
+
+
+def audit_answers(path: Path, offset: int, t0: float, t1: float, agent_prefix: str) -> Counter[str]:
+    """audit_requests() answered outside 2xx, by `verb resource[/subresource] code`."""
+    counts: Counter[str] = Counter()
+    for e in audit_requests(path, offset, t0, t1, agent_prefix):
+        code = int((e.get("responseStatus") or {}).get("code") or 0)
+        if not 200 <= code < 300:
+            counts[f"{request_kind(e)} {code}"] += 1
     return counts
+
+
+AuditCounter = Callable[[Path, int, float, float, str], Counter[str]]
+
+
+def audit_mark(log: Path) -> tuple[int, int]:
+    """Where the audit log is now: (inode, size)."""
+    try:
+        st = log.stat()
+    except OSError:
+        return (0, 0)
+    return (st.st_ino, st.st_size)
+
+
+def audit_since(count: AuditCounter, log: Path, mark: tuple[int, int], t0: float, t1: float,
+                agent_prefix: str) -> Counter[str]:
+    """count() over the audit log since `mark`, across the API server's rotations (at 100 MB the log is
+    renamed audit-<time>.log, keeping its inode, and a new audit.log begins)."""
+    total: Counter[str] = Counter()
+    for path in [*sorted(log.parent.glob(f"{log.stem}-*{log.suffix}")), log]:
+        try:
+            st = path.stat()
+        except OSError:
+            continue
+        if st.st_ino == mark[0]:
+            total += count(path, mark[1], t0, t1, agent_prefix)
+        elif st.st_mtime >= t0:  # begun (or rotated away) after the mark
+            total += count(path, 0, t0, t1, agent_prefix)
+    return total

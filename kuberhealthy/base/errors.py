@@ -33,6 +33,12 @@ class Unreachable(ApiError):
     """No answer: connection refused, reset, or timed out."""
 
 
+class NoFreeConnection(Unreachable):
+    """Every request slot of this client was taken for the request's whole timeout: the request was never
+    sent. Transient like any Unreachable, but the bottleneck is this process's own requests queued ahead
+    of it (the API server answers them slowly), so asking again at once only queues again."""
+
+
 class BadRequest(ApiError):
     status = 400
 

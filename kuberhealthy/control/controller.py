@@ -42,10 +42,23 @@ from kuberhealthy.run.runner import Runner
 
 logger = logging.getLogger(__name__)
 
-START_SPACING = 0.03  # seconds between the first runs of overdue checks started together (~33/s)
-MAX_SPREAD = 30.0  # seconds: the widest window such a batch is spread over (never over half an interval)
+MAX_SPREAD = 30.0  # seconds: the widest window a batch of overdue checks is spread over (never over half an interval)
+MAX_GAP = 0.25  # seconds: the widest gap between two first runs of such a batch (a small batch starts at once)
 RUN_NOW_EVENT = "run-now:"  # + "<ns>/<name>": the khcheck's run-now annotation was newly set
 PAUSE_EVENT = "pause:"  # + "<ns>/<name>": the khcheck's pause annotations changed
+
+
+def spread(overdue: list[CheckSpec], now: float) -> dict[str, float]:
+    """First due times for checks that are overdue or never ran, started together: evenly over a window
+    of min(MAX_SPREAD, half the interval), at most MAX_GAP apart (a small batch starts at once).
+
+    Evenly, not as fast as possible: a check keeps the phase of its first run, so a batch started within
+    a few seconds would come due within a few seconds every interval after, for good (a burst of pods
+    each time, a backlog where the cluster starts pods slowly)."""
+    # A stable, name-independent order, so the same checks are not always the last of a batch.
+    order = sorted(overdue, key=lambda sp: zlib.crc32(sp.key.encode()))
+    return {spec.key: now + i * min(MAX_GAP, min(MAX_SPREAD, spec.run_interval / 2) / len(order))
+            for i, spec in enumerate(order)}
 
 
 class Controller(BackgroundThread):
@@ -280,12 +293,7 @@ class Controller(BackgroundThread):
                 dues[spec.key] = now + min(spec.run_interval, last + spec.run_interval - wall)
             else:
                 overdue.append(spec)
-        # A stable, name-independent order, so the same checks are not always the last of a batch.
-        overdue.sort(key=lambda sp: zlib.crc32(sp.key.encode()))
-        for i, spec in enumerate(overdue):
-            window = min(MAX_SPREAD, spec.run_interval / 2)
-            spacing = min(START_SPACING, window / max(1, len(overdue)))
-            dues[spec.key] = now + i * spacing
+        dues.update(spread(overdue, now))
         return dues
 
     def _recover_jobs(self) -> None:

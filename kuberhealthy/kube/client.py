@@ -31,7 +31,7 @@ from kubernetes import config as k8s_config
 from kubernetes.config.config_exception import ConfigException
 
 from kuberhealthy import __version__
-from kuberhealthy.base.errors import ApiError, ConfigError, Unreachable, error_for_status
+from kuberhealthy.base.errors import ApiError, ConfigError, NoFreeConnection, Unreachable, error_for_status
 from kuberhealthy.kube.wire import Answer, Wire
 
 logger = logging.getLogger(__name__)
@@ -161,7 +161,7 @@ class Kube:
         """One request; returns the raw body (a pod's log is text, not JSON). Raises ApiError subclasses."""
         started = time.monotonic()
         if not self._slots.acquire(timeout=timeout):
-            raise Unreachable(f"{method} {path}: no free connection within {timeout:.1f}s (API server slow)")
+            raise NoFreeConnection(f"{method} {path}: no free connection within {timeout:.1f}s (API server slow)")
         try:
             left = max(0.1, timeout - (time.monotonic() - started))
             resp = self._send(method, path, query, body, content_type, (min(CONNECT_TIMEOUT, left), left))

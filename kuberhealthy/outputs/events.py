@@ -11,7 +11,12 @@ Callers (a run, a report handler) only queue: `record()` never blocks and never 
 thread turns the queue into core/v1 Events. Like client-go's recorder, an event the same as one sent
 before (same object, type, reason and message) within WINDOW seconds does not make a new Event: the
 existing one gets `count` + 1 and a new `lastTimestamp` (a PATCH), so a check failing the same way
-every minute is one Event with a rising count, not a flood. Event names are `<object>.<unix ns, hex>`
+every minute is one Event with a rising count, not a flood. Count updates are coalesced too: at most one
+PATCH per Event every COUNT_EVERY seconds; repeats in between are owed, summed, and sent together when
+that time is up (or at stop), each with its own count and the latest `lastTimestamp`. So a check that
+fails on every run of a short interval costs one request a minute, not one per run: the daemon's own
+work per failed run does not grow when runs fail faster (a backlog of pods that start too slowly). A
+first occurrence is never held back. Event names are `<object>.<unix ns, hex>`
 as client-go makes them, so a create retried after a lost answer finds its own Event (409) instead
 of making a second one. The queue is bounded: when the events API is slow or away, new events are
 dropped and counted. API errors are retried briefly (transient ones), then logged and given up.
@@ -29,11 +34,13 @@ imports nothing from `kubernetes`. Events are best-effort; nothing waits for the
 from __future__ import annotations
 
 import collections
+import heapq
+import itertools
 import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from kuberhealthy.base.errors import ApiError, Conflict, NotFound, is_transient
@@ -59,6 +66,7 @@ PAUSE_IGNORED = "PauseIgnored"
 QUEUE_EVENTS = 1000  # events waiting to be sent; more are dropped
 CACHE_ENTRIES = 4096  # events remembered for counting (client-go: maxLruCacheEntries)
 WINDOW = 1800.0  # seconds an event is counted onto its predecessor (the API server keeps Events 1 h)
+COUNT_EVERY = 60.0  # seconds: at most one count update (PATCH) per Event in this time; repeats wait and add up
 REQUEST_TIMEOUT = 5.0  # seconds per API request
 ATTEMPTS = 3  # tries per event for transient errors
 BACKOFF_FIRST = 0.5  # seconds, doubled per try
@@ -80,6 +88,7 @@ class EventLimits:
     backoff_first: float = BACKOFF_FIRST
     flush_timeout: float = FLUSH_TIMEOUT
     rejected_every: float = REJECTED_EVERY
+    count_every: float = COUNT_EVERY
 
 
 class EventsAPI(Protocol):
@@ -135,8 +144,12 @@ class _Pending:
 @dataclass
 class _Sent:
     name: str
-    count: int
-    last_mono: float
+    count: int  # as the API server has it
+    last_mono: float  # when the latest occurrence counted onto it happened (sent or owed)
+    sent_mono: float  # when its last request went out (the sender's clock)
+    owed: _Pending | None = None  # repeats not sent yet: the latest of them, weighing them all
+    owed_items: int = 0  # how many repeats `owed` stands for
+    owed_due: float = 0.0  # when `owed` is sent (sent_mono + count_every)
 
 
 @dataclass
@@ -181,8 +194,12 @@ class EventRecorder(BackgroundThread):
         self._queue: collections.deque[_Pending] = collections.deque()
         self._sent: collections.OrderedDict[tuple[str, ...], _Sent] = collections.OrderedDict()  # sender only
         self._last_ns = 0  # sender only: names stay unique even when two events share a clock tick
+        self.count_every = limits.count_every
+        self._owing: list[tuple[float, int, tuple[str, ...]]] = []  # sender only: heap of (due, seq, key)
+        self._seq = itertools.count()
         self.created = 0  # Events created (under _cond, as are the counters below)
-        self.counted = 0  # repeats counted onto an existing Event
+        self.counted = 0  # repeats counted onto an existing Event (owed ones once their PATCH is sent)
+        self.patches = 0  # count updates sent (one PATCH may count many repeats)
         self.dropped = 0  # not queued: the queue was full, or the recorder stopped
         self.failed = 0  # given up after API errors
         self._unreported = 0
@@ -254,27 +271,36 @@ class EventRecorder(BackgroundThread):
     # --- the sender ---------------------------------------------------------------------------------------------
 
     def step(self) -> bool:
-        """Send one queued event, if there is one (the thread's unit of work; tests call it directly).
+        """Send one queued event, or else one owed count whose time has come (the thread's unit of work;
+        tests call it directly). False: nothing to do now.
 
         Raises the ApiError that made it give up the event (counted in `failed`)."""
         with self._cond:
-            if not self._queue:
-                return False
-            item = self._queue.popleft()
+            item = self._queue.popleft() if self._queue else None
         try:
-            self._deliver(item, ATTEMPTS)
+            if item is not None:
+                self._deliver(item, ATTEMPTS)
+            elif not self._send_due(ATTEMPTS):
+                return False
         except ApiError:
             with self._cond:
                 self.failed += 1
             raise
         return True
 
+    def owing(self) -> int:
+        """Events with repeats counted but not sent yet (sender state: for tests and the sender thread)."""
+        return sum(1 for sent in self._sent.values() if sent.owed is not None)
+
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
                 with self._cond:
                     while not self._queue and not self._stop.is_set():
-                        self._cond.wait()
+                        wait = self._due_in()
+                        if wait is not None and wait <= 0:
+                            break
+                        self._cond.wait(wait)
                 if not self._stop.is_set():
                     self.step()
             except ApiError as e:  # given up on one event; the next may fare better
@@ -289,44 +315,105 @@ class EventRecorder(BackgroundThread):
             logger.exception("Event recorder: unexpected error while flushing")
 
     def _flush(self) -> None:
+        """At stop: what is queued, then every owed count at once, within flush_timeout."""
         deadline = self._clock() + self.flush_timeout
         while self._clock() < deadline:
             with self._cond:
-                if not self._queue:
-                    return
-                item = self._queue.popleft()
+                item = self._queue.popleft() if self._queue else None
             try:
-                self._deliver(item, 1)
+                if item is not None:
+                    self._deliver(item, 1)
+                elif not self._send_due(1, force=True):
+                    break
             except ApiError as e:
                 with self._cond:
                     self.failed += 1
                     self._warn_locked(f"the API refused or did not answer ({e})")
                 if is_transient(e):  # the API is away: do not spend the shutdown on it
                     break
+        owed = sum(1 for sent in self._sent.values() if sent.owed is not None)
         with self._cond:
-            left = len(self._queue)
+            left = len(self._queue) + owed
             self._queue.clear()
             self.failed += left
         if left:
             logger.warning("Event recorder: %d events not sent at shutdown", left)
 
     def _deliver(self, item: _Pending, attempts: int) -> None:
-        """Count onto the Event sent for the same thing within the window, else create one."""
+        """Count onto the Event sent for the same thing within the window (now, or owed until COUNT_EVERY
+        has passed since its last request), else create one."""
         seen = self._sent.get(item.key)
-        last = format_time(item.wall)
         if seen is not None and item.mono - seen.last_mono <= self.window:
-            try:
-                self._call(attempts, lambda: self._api.patch_event(
-                    item.ref.namespace, seen.name, {"count": seen.count + item.weight, "lastTimestamp": last},
-                    self.timeout))
-                seen.count += item.weight
-                seen.last_mono = item.mono
-                self._sent.move_to_end(item.key)
-                with self._cond:
-                    self.counted += 1
+            if seen.owed is not None or self._clock() - seen.sent_mono < self.count_every:
+                self._owe(item.key, seen, item)
                 return
-            except NotFound:  # expired (the API server keeps Events for --event-ttl): start anew
-                pass
+            if self._count(item.key, seen, item, 1, attempts):
+                return
+            # expired (the API server keeps Events for --event-ttl): start anew
+        elif seen is not None and seen.owed is not None:
+            self._send_owed(item.key, seen, attempts)  # an older run of repeats first, then a new Event
+        self._create(item, attempts)
+
+    def _owe(self, key: tuple[str, ...], seen: _Sent, item: _Pending) -> None:
+        """A repeat too soon after the Event's last request: summed into what it owes."""
+        if seen.owed is None:
+            seen.owed, seen.owed_due = item, seen.sent_mono + self.count_every
+            heapq.heappush(self._owing, (seen.owed_due, next(self._seq), key))
+        else:
+            seen.owed = replace(item, weight=seen.owed.weight + item.weight)
+        seen.owed_items += 1
+        seen.last_mono = item.mono
+        self._sent.move_to_end(key)
+
+    def _next_owed(self) -> tuple[float, tuple[str, ...], _Sent] | None:
+        """The owed count due first (stale heap entries dropped on the way)."""
+        while self._owing:
+            due, _, key = self._owing[0]
+            seen = self._sent.get(key)
+            if seen is not None and seen.owed is not None and seen.owed_due == due:
+                return due, key, seen
+            heapq.heappop(self._owing)
+        return None
+
+    def _due_in(self) -> float | None:
+        """Seconds until an owed count is due (None: none is owed)."""
+        first = self._next_owed()
+        return None if first is None else first[0] - self._clock()
+
+    def _send_due(self, attempts: int, force: bool = False) -> bool:
+        """Send the owed count due first, if its time has come (any, with `force`). False: none sent."""
+        first = self._next_owed()
+        if first is None or (not force and first[0] > self._clock()):
+            return False
+        heapq.heappop(self._owing)
+        self._send_owed(first[1], first[2], attempts)
+        return True
+
+    def _send_owed(self, key: tuple[str, ...], seen: _Sent, attempts: int) -> None:
+        owed, items = seen.owed, seen.owed_items
+        seen.owed, seen.owed_items = None, 0
+        assert owed is not None
+        if not self._count(key, seen, owed, items, attempts):
+            self._create(owed, attempts)
+
+    def _count(self, key: tuple[str, ...], seen: _Sent, item: _Pending, items: int, attempts: int) -> bool:
+        """PATCH the Event's count up by `item`'s weight (standing for `items` repeats); False: the Event
+        has expired."""
+        body = {"count": seen.count + item.weight, "lastTimestamp": format_time(item.wall)}
+        try:
+            self._call(attempts, lambda: self._api.patch_event(item.ref.namespace, seen.name, body, self.timeout))
+        except NotFound:
+            return False
+        seen.count += item.weight
+        seen.last_mono = max(seen.last_mono, item.mono)
+        seen.sent_mono = self._clock()
+        self._sent.move_to_end(key)
+        with self._cond:
+            self.counted += items
+            self.patches += 1
+        return True
+
+    def _create(self, item: _Pending, attempts: int) -> None:
         name = self._name(item)
         body = event_body(item, name, self.instance)
         try:
@@ -335,12 +422,14 @@ class EventRecorder(BackgroundThread):
             if not e.already_exists:
                 raise
             # A create of ours that landed although its answer was lost: it is this very Event.
-        self._sent[item.key] = _Sent(name, item.weight, item.mono)
+        self._sent[item.key] = _Sent(name, item.weight, item.mono, self._clock())
         self._sent.move_to_end(item.key)
+        lost = 0
         while len(self._sent) > self._cache_entries:
-            self._sent.popitem(last=False)
+            lost += self._sent.popitem(last=False)[1].owed is not None  # forgotten with repeats owed
         with self._cond:
             self.created += 1
+            self.failed += lost
 
     def _call(self, attempts: int, fn: Callable[[], Any]) -> None:
         delay = self._backoff_first

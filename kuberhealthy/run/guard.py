@@ -4,6 +4,10 @@ A cache can be old (a watch broke, the API server restarted or froze), and an AP
 the control plane is away; neither says anything about the checked thing. So:
   * retry: API errors at CLAIM, CREATE and RECORD are retried (jittered backoff) within the run's
     deadline, RECORD's within a grace past it (Guard.call); a transient failure at the end is a skip.
+    A run retries at most RETRIES times in all, whatever its timeout: a slow API server gets no more
+    requests per run the longer it stays slow (each retry of a request it timed out is one more for
+    it to serve). A request that never left because every connection of the client stayed busy
+    (NoFreeConnection) is not retried at all: the run is skipped at once, shedding its load;
     A retried create that finds the name taken by its own earlier attempt takes that pod (its run
     key); a name any other pod holds stays that pod's (Conflict: the runner renames, never removes);
   * confirm: a verdict that would fail the run is confirmed by one bounded read first (the pod, the
@@ -26,7 +30,7 @@ from functools import partial
 from itertools import count
 from typing import TypeVar
 
-from kuberhealthy.base.errors import ApiError, Conflict, NotFound, is_transient
+from kuberhealthy.base.errors import ApiError, Conflict, NoFreeConnection, NotFound, is_transient
 from kuberhealthy.kube import KHSTATES, PODS, Obj
 from kuberhealthy.outputs.runstats import SKIP_API, SKIP_POD_DELETED
 from kuberhealthy.records import khstate
@@ -38,8 +42,9 @@ T = TypeVar("T")
 
 CONFIRM_TIMEOUT = 5.0  # seconds for one confirming read
 WRITE_TIMEOUT = 5.0  # seconds per request of a retried call
-RETRY_FIRST = 0.2  # seconds
-RETRY_MAX = 2.0  # seconds
+RETRY_FIRST = 0.5  # seconds before the first retry, doubled per retry (jittered: half to all of it)
+RETRY_MAX = 10.0  # seconds: the longest wait between two tries
+RETRIES = 5  # retries per run, all its calls together (0.5+1+2+4+8 s: an API server restart is ridden out)
 
 
 class Stopped(Exception):
@@ -82,12 +87,15 @@ class Guard:
         self.clock = ctx.clock
         self.log = ctx.log
         self.api_trouble = False  # an API call of this run failed for a transient reason
+        self.retries_left = RETRIES  # Guard.call's budget, shared by the run's calls
         self.last_run: str | None = None  # the khstate's LastRun when the run claimed it (set at CLAIM)
 
     def call(self, what: str, fn: Callable[[float], T], until: float) -> T:
-        """Call fn(timeout) until it does not fail transiently, with backoff, until `until` (monotonic).
+        """Call fn(timeout) until it does not fail transiently, with backoff, until `until` (monotonic),
+        within the run's retry budget (RETRIES for all its calls).
 
-        A transient failure at the end is a skip: the control plane, not the check, failed.
+        A transient failure at the end is a skip: the control plane, not the check, failed. So is one
+        whose request found no free connection (NoFreeConnection), without a retry.
         """
         delay = RETRY_FIRST
         while True:
@@ -99,8 +107,11 @@ class Guard:
                     raise
                 self.api_trouble = True
                 left = until - self.clock()
-                if left <= 0:
+                if left <= 0 or isinstance(e, NoFreeConnection):
                     raise Skipped(SKIP_API, f"could not {what}: {e}") from e
+                if self.retries_left <= 0:
+                    raise Skipped(SKIP_API, f"could not {what}: {e} (the run's {RETRIES} retries are spent)") from e
+                self.retries_left -= 1
                 self.log.warning("Could not %s (%s); retrying", what, e)
                 if self.stop.wait(min(left, delay * (0.5 + random.random() / 2))):
                     raise Stopped() from e

@@ -1,15 +1,18 @@
 """A run under control-plane trouble: transient API errors are retried, never recorded as check failures;
-a pod stuck Terminating does not block the next run; a run the API made impossible is skipped."""
+a pod stuck Terminating does not block the next run; a run the API made impossible is skipped, and one
+whose requests find every connection of the client busy is skipped at once, not retried."""
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from concurrent import futures
 from typing import Any
 
 import pytest
 
-from kuberhealthy.base.errors import ServerError, Unreachable
+from kuberhealthy.base.errors import NoFreeConnection, ServerError, Unreachable
 from kuberhealthy.kube import KHJOBS, KHSTATES, PODS
+from kuberhealthy.kube.client import IN_FLIGHT
 from kuberhealthy.outputs.runstats import SKIP_API
 from kuberhealthy.records import khstate
 from kuberhealthy.run.runner import Outcome, Runner
@@ -54,6 +57,45 @@ def test_a_run_the_api_server_makes_impossible_is_skipped_not_failed(
     s = state_of(daemon, namespace)
     assert s.ok is True and s.errors == ()  # the last real result stands
     assert skipped_count(daemon.services.stats, SKIP_API) == 1
+
+
+HELD = 15  # seconds the API server holds each of the requests that take every connection slot
+
+
+def all_slots_taken(daemon: InProcessDaemon) -> bool:
+    try:
+        daemon.services.kube.request("GET", "/version", timeout=0.2)
+    except NoFreeConnection:
+        return True
+    return False
+
+
+def test_a_run_whose_requests_find_every_connection_busy_is_skipped_after_one_attempt(
+        daemon: InProcessDaemon, namespace: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The client's own requests queued ahead of the run's (each held HELD s by the API server): retrying
+    would only queue again, and a run that got through late would add a pod to a control plane already
+    behind. Skipped (not failed), one request attempted and none sent, nothing written."""
+    kube = daemon.services.kube
+    hold = {"watch": "true", "timeoutSeconds": str(HELD)}  # one body that ends after HELD s
+    holders = futures.ThreadPoolExecutor(IN_FLIGHT, thread_name_prefix="test-slot-holder")
+    try:
+        for _ in range(IN_FLIGHT):
+            holders.submit(kube.request, "GET", PODS.path(namespace), query=hold, timeout=HELD + 10)
+        wait_for(lambda: all_slots_taken(daemon), 10, what="every request slot of the client taken")
+        attempts: list[str] = []
+        request_bytes = kube.request_bytes
+
+        def counted(method: str, path: str, **kw: Any) -> bytes:
+            if threading.current_thread() is threading.main_thread():  # the run's, not the holders'
+                attempts.append(f"{method} {path}")
+            return request_bytes(method, path, **kw)
+        monkeypatch.setattr(kube, "request_bytes", counted)
+        result = Runner(daemon.services, check_spec(namespace, "kh-sim/ok", timeout="60s"), threading.Event()).run()
+    finally:
+        holders.shutdown(wait=True)
+    assert result.outcome is Outcome.SKIPPED and result.skip_reason == SKIP_API, result
+    assert len(attempts) == 1, attempts
+    assert daemon.services.pods.by_index("check", f"{namespace}/probe") == []
 
 
 def test_a_checker_pod_stuck_terminating_does_not_block_the_next_run(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -15,7 +16,7 @@ import pytest
 
 from kuberhealthy.base.threads import Deaths
 from kuberhealthy.base.times import format_datetime, utcnow
-from kuberhealthy.control.controller import Controller, JobWorker
+from kuberhealthy.control.controller import MAX_GAP, MAX_SPREAD, Controller, JobWorker, spread
 from kuberhealthy.kube import KHCHECKS, KHJOBS, KHSTATES, PODS, Obj
 from kuberhealthy.needs import Part
 from kuberhealthy.records import khstate
@@ -263,6 +264,32 @@ def test_a_check_that_ran_recently_keeps_its_cadence_when_leadership_begins(
     controller.became_leader()
     runs.wait(key("b"))
     assert key("a") in controller.workers and not runs.of(key("a"))
+
+
+def starts_per_second(dues: dict[str, float], now: float) -> Counter[int]:
+    return Counter(int(due - now) for due in dues.values())
+
+
+def test_a_batch_of_overdue_checks_is_spread_evenly_over_half_its_interval_not_started_in_a_burst() -> None:
+    """After a takeover 200 overdue checks of a 30 s interval start over 15 s, about 13 a second: not 33 a
+    second for 6 s, a burst every check then repeats every interval (its cadence keeps that phase)."""
+    specs = [CheckSpec.of(khcheck(f"c{i}", run_interval="30s")) for i in range(200)]
+    dues = spread(specs, 1000.0)
+    assert sorted(dues) == sorted(s.key for s in specs)
+    assert min(dues.values()) == 1000.0 and 1014.0 < max(dues.values()) < 1015.0
+    assert max(starts_per_second(dues, 1000.0).values()) <= 14
+
+
+def test_a_batch_never_takes_longer_than_thirty_seconds_or_half_an_interval() -> None:
+    specs = [CheckSpec.of(khcheck(f"c{i}-{every}", run_interval=every)) for i in range(1000) for every in ("10s", "1h")]
+    dues = spread(specs, 0.0)
+    for spec in specs:
+        assert dues[spec.key] < min(MAX_SPREAD, spec.run_interval / 2)
+
+
+def test_a_few_overdue_checks_start_at_once() -> None:
+    specs = [CheckSpec.of(khcheck(name, run_interval="1h")) for name in ("a", "b", "c")]
+    assert max(spread(specs, 0.0).values()) <= 2 * MAX_GAP
 
 
 # --- leadership ----------------------------------------------------------------------------------------

@@ -149,15 +149,79 @@ def test_a_long_message_is_capped(api: FakeEvents, clock: Clock) -> None:
 
 def test_the_same_event_again_within_the_window_counts_onto_the_first(api: FakeEvents, clock: Clock) -> None:
     r = recorder(api, clock)
-    for _ in range(3):
+    for i in range(3):
+        if i:
+            clock.advance(60)
         r.check_failed(CHECK, "boom")
-        clock.advance(60)
-    drain(r)
+        drain(r)
     (event,) = api.events()
     assert event["count"] == 3
     assert event["firstTimestamp"] == "2026-12-01T10:00:00Z" and event["lastTimestamp"] == "2026-12-01T10:02:00Z"
     assert [c[0] for c in api.calls] == ["create", "patch", "patch"]
-    assert (r.created, r.counted) == (1, 2)
+    assert (r.created, r.counted, r.patches) == (1, 2, 2)
+
+
+def test_repeats_within_a_minute_of_the_last_request_are_one_patch_when_the_minute_is_up(
+        api: FakeEvents, clock: Clock) -> None:
+    r = recorder(api, clock)
+    r.check_failed(CHECK, "boom")
+    drain(r)
+    for _ in range(4):  # a check failing every 10 s (pods that start too slowly for its timeout)
+        clock.advance(10)
+        r.check_failed(CHECK, "boom")
+        drain(r)
+    assert [c[0] for c in api.calls] == ["create"] and r.owing() == 1
+    assert api.events()[0]["count"] == 1  # the first occurrence was not held back
+    clock.advance(ev.COUNT_EVERY - 40)  # a minute after the create
+    drain(r)
+    (event,) = api.events()
+    assert [c[0] for c in api.calls] == ["create", "patch"] and r.owing() == 0
+    assert event["count"] == 5 and event["lastTimestamp"] == "2026-12-01T10:00:40Z"  # the latest repeat's time
+    assert (r.created, r.counted, r.patches) == (1, 4, 1)
+
+
+def test_a_check_failing_on_every_run_costs_one_event_request_a_minute_however_short_its_interval(
+        api: FakeEvents, clock: Clock) -> None:
+    r = recorder(api, clock)
+    for _ in range(60):  # ten minutes of a failure every 10 s
+        r.check_failed(CHECK, "boom")
+        drain(r)
+        clock.advance(10)
+    drain(r)
+    (event,) = api.events()
+    assert event["count"] == 60 and r.owing() == 0  # every failure counted
+    assert [c[0] for c in api.calls] == ["create"] + ["patch"] * 10  # one request a minute, not one per failure
+
+
+def test_an_owed_count_onto_an_expired_event_creates_it_anew_with_every_repeat(api: FakeEvents, clock: Clock) -> None:
+    r = recorder(api, clock)
+    r.check_failed(CHECK, "boom")
+    drain(r)
+    api.store.clear()  # the API server's event TTL passed
+    for _ in range(2):
+        clock.advance(20)
+        r.check_failed(CHECK, "boom")
+        drain(r)
+    clock.advance(20)
+    drain(r)
+    (event,) = api.events()
+    assert [c[0] for c in api.calls] == ["create", "patch", "create"]
+    assert event["count"] == 2 and event["firstTimestamp"] == "2026-12-01T10:00:40Z"
+
+
+def test_stop_sends_the_owed_counts_at_once(api: FakeEvents, clock: Clock) -> None:
+    r = recorder(api, clock)
+    r.check_failed(CHECK, "boom")
+    drain(r)
+    clock.advance(5)
+    r.check_failed(CHECK, "boom")
+    drain(r)
+    assert r.owing() == 1
+    r.stop()
+    r.start()
+    r.join(WAIT)
+    assert not r.is_alive()
+    assert [c[0] for c in api.calls] == ["create", "patch"] and api.events()[0]["count"] == 2 and r.failed == 0
 
 
 def test_a_different_message_object_or_reason_is_a_new_event(api: FakeEvents, clock: Clock) -> None:
@@ -184,11 +248,11 @@ def test_an_expired_event_is_created_anew(api: FakeEvents, clock: Clock) -> None
     r.check_failed(CHECK, "boom")
     drain(r)
     api.store.clear()  # the API server's event TTL passed
-    clock.advance(30)
+    clock.advance(ev.COUNT_EVERY)
     r.check_failed(CHECK, "boom")
     drain(r)
     (event,) = api.events()
-    assert event["count"] == 1 and event["firstTimestamp"] == "2026-12-01T10:00:30Z"
+    assert event["count"] == 1 and event["firstTimestamp"] == "2026-12-01T10:01:00Z"
     assert [c[0] for c in api.calls] == ["create", "patch", "create"]
 
 
@@ -205,6 +269,8 @@ def test_a_create_whose_answer_was_lost_is_not_made_twice(api: FakeEvents, clock
     api.create_event = create_then_lose  # type: ignore[method-assign]
     r.check_failed(CHECK, "boom")
     r.check_failed(CHECK, "boom")
+    drain(r)
+    clock.advance(ev.COUNT_EVERY)  # the repeat's count is owed until then
     drain(r)
     (event,) = api.events()
     assert event["count"] == 2 and [c[0] for c in api.calls] == ["create", "create", "patch"]
@@ -315,6 +381,21 @@ def test_api_errors_are_logged_and_the_thread_carries_on(running: EventRecorder,
     assert "events is forbidden" in caplog.text
 
 
+def test_the_thread_sends_an_owed_count_when_its_time_comes_without_another_event(api: FakeEvents) -> None:
+    r = EventRecorder(api, "kh-0", EventLimits(backoff_first=0.001, count_every=0.05))
+    r.start()
+    try:
+        r.check_failed(CHECK, "boom")
+        assert api.wait_calls(1)
+        r.check_failed(CHECK, "boom")
+        assert api.wait_calls(2)  # the patch, once count_every has passed since the create
+    finally:
+        r.stop()
+        r.join(WAIT)
+    assert not r.is_alive()
+    assert [c[0] for c in api.calls] == ["create", "patch"] and api.events()[0]["count"] == 2
+
+
 def test_stop_sends_what_is_queued_and_then_refuses_more(api: FakeEvents, clock: Clock) -> None:
     r = recorder(api, clock)
     for i in range(5):
@@ -345,10 +426,10 @@ def test_a_repeated_rejection_is_one_event_a_minute_and_counts_the_damped_ones(a
     r = recorder(api, clock)
     for _ in range(10):
         assert r.report_rejected(CHECK, "its run is over")
+        drain(r)
         clock.advance(1)
-    drain(r)
     assert [c[0] for c in api.calls] == ["create"] and r.damped == 9
-    clock.advance(51)  # a minute after the first
+    clock.advance(50)  # a minute after the first
     r.report_rejected(CHECK, "its run is over")
     drain(r)
     (event,) = api.events()
@@ -369,5 +450,7 @@ def test_other_events_are_not_damped(api: FakeEvents, clock: Clock) -> None:
     r = recorder(api, clock)
     for _ in range(3):
         r.check_failed(CHECK, "boom")
+    drain(r)
+    clock.advance(ev.COUNT_EVERY)  # the repeats are counted, in one request, a minute after the first
     drain(r)
     assert api.events()[0]["count"] == 3 and r.damped == 0
