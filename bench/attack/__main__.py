@@ -1,5 +1,7 @@
-"""`python -m bench.attack [--scenario NAME ...] [--workdir DIR]`: run the attacks, print the table,
-exit 1 when any target was missed (or a scenario crashed)."""
+"""`python -m bench.attack [--scenario NAME ...] [--workdir DIR] [--tls] [--report-path PATH]`: run the
+attacks, print the table, exit 1 when any target was missed (or a scenario crashed). `--tls` runs the
+scenarios that have a TLS variant (TLS_SCENARIOS) against the daemon's HTTPS listener instead.
+`--report-path /check` sends the report scenarios' reports to v3's endpoint instead of v2's."""
 from __future__ import annotations
 
 import argparse
@@ -9,21 +11,31 @@ import time
 import traceback
 from pathlib import Path
 
+from bench.attack import target
 from bench.attack.table import Row, fmt_table
+from testbed.clients.rawhttp import REPORT_PATH, REPORT_PATHS
 from testbed.cluster.apiserver import start_cluster
 from testbed.cluster.crds import install_crds
 
 SCENARIOS = ["slow", "flood", "crosssite", "squat", "events"]
+TLS_SCENARIOS = ["slow"]  # those whose run() takes tls=True
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--scenario", action="append", choices=SCENARIOS, help="run only these (repeatable)")
     ap.add_argument("--workdir", type=Path, default=None, help="where logs go (default: a new temp dir)")
+    ap.add_argument("--tls", action="store_true",
+                    help=f"attack the daemon's HTTPS listener (scenarios: {', '.join(TLS_SCENARIOS)})")
+    ap.add_argument("--report-path", choices=REPORT_PATHS, default=REPORT_PATH,
+                    help="the report endpoint the report scenarios attack (flood; slow's stalled bodies)")
     args = ap.parse_args(argv)
+    target.choose(args.report_path)
+    if args.tls and set(args.scenario or []) - set(TLS_SCENARIOS):
+        ap.error(f"--tls: only {', '.join(TLS_SCENARIOS)} have a TLS variant")
     root = args.workdir or Path(tempfile.mkdtemp(prefix="kh-attack-"))
     root.mkdir(parents=True, exist_ok=True)
-    names = args.scenario or SCENARIOS
+    names = args.scenario or (TLS_SCENARIOS if args.tls else SCENARIOS)
     cluster = start_cluster(workdir=root / "testbed")
     install_crds(cluster)
     rows: list[Row] = []
@@ -33,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\n== {name} (logs under {root / name})", flush=True)
             module = importlib.import_module(f"bench.attack.{name}")
             try:
-                got = module.run(cluster, root / name)
+                got = module.run(cluster, root / name, tls=True) if args.tls else module.run(cluster, root / name)
             except Exception:  # noqa: BLE001 - a crashed scenario is a miss, and the others still run
                 traceback.print_exc()
                 got = [Row(name, "(scenario crashed)", "-", None, "-", "-", False)]

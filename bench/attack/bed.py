@@ -48,4 +48,6 @@ def daemon_requests(cluster: TestCluster, offset: int, ns: str) -> list[dict[str
             return None
         return ([e for e in events if str(e.get("userAgent", "")).startswith(AGENT) and e.get("verb") != "watch"
                  and e.get("stage") == "ResponseComplete" and (e.get("objectRef") or {}).get("resource") != "leases"],)
-    return wait_for(flushed, 30, what="the marker in the audit log")[0]
+    found = wait_for(flushed, 30, what="the marker in the audit log")
+    assert found is not None
+    return found[0]

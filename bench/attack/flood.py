@@ -30,10 +30,11 @@ from typing import Any
 
 from bench.attack.bed import daemon_bed, daemon_requests
 from bench.attack.table import Row, ms
+from bench.attack.target import label, report_path
 from kuberhealthy.checkclient import RUN_UUID_HEADER
 from kuberhealthy.kube import KHCHECKS
 from testbed.clients.forgery import forged_token
-from testbed.clients.rawhttp import REPORT_PATH, request
+from testbed.clients.rawhttp import request
 from testbed.cluster.apiserver import TestCluster
 from testbed.cluster.builders import khcheck, pods_path
 from testbed.cluster.objects import state_spec
@@ -85,7 +86,7 @@ class Flood:
                     headers["Authorization"] = f"Bearer {self.token()}"
                 elif i % 2:
                     headers[RUN_UUID_HEADER] = str(uuid.uuid4())
-                status = str(request(self.port, "POST", REPORT_PATH, BODY, headers=headers, source_ip=source,
+                status = str(request(self.port, "POST", report_path(), BODY, headers=headers, source_ip=source,
                                      timeout=10).status)
             except OSError as e:
                 status = type(e).__name__
@@ -232,7 +233,7 @@ def _genuine(sim: SimKubelet, before: set[str], began: float, lasted: float, flo
              f"{len(accepted)}/{len(reports)} accepted in the end; p99 {ms(worst)} ms, max "
              f"{max(latencies, default=0):.0f} ms; false-failed runs: {failed or 'none'}; slowest fake answer "
              f"{flood.slowest:.2f} s"]
-    return Row("flood", f"{len(SOURCES)} addresses x {THREADS} threads, {fakes}",
+    return Row(label("flood"), f"{len(SOURCES)} addresses x {THREADS} threads, {fakes}",
                _answered(flood), None, f"{len(first)}/{len(reports)} 200 first try, p99 {ms(worst)} ms",
                f"every genuine 200, p99 <= {GENUINE_P99_MS:.0f} ms; no false fail", ok, notes)
 
@@ -255,6 +256,6 @@ def _cost(baseline: list[dict[str, Any]], during: list[dict[str, Any]], lasted: 
     notes = [f"cost: baseline {len(baseline)} requests in {baseline_seconds:.0f} s ({kinds(baseline)}); during the "
              f"flood {len(during)} in {lasted:.0f} s ({kinds(during)}); {sent} fakes sent, {through} past the rate "
              "limit"]
-    return Row("flood", tried,
+    return Row(label("flood"), tried,
                f"{extra:.1f} extra for {through} fakes ({extra / max(1, through):.4f} each)", None, "-",
                f"< {COST:g} API request per fake", ok, notes)

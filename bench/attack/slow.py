@@ -10,12 +10,22 @@ addresses (bound before connect), each re-opened as soon as the daemon closes it
 Meanwhile `/healthz`, `/readyz` and `/` are probed in turn, each on a fresh connection with a 5 s
 timeout, and a check whose simulated checker reports genuinely runs every 2 s. Target: probe p99
 <= 1000 ms with every probe answered 200; every genuine report accepted, and no run recorded as failed.
+
+With `tls` (`python -m bench.attack --tls`) the daemon also serves HTTPS (a throw-away certificate) and
+the attack and the probes go to its HTTPS listener (each probe with its own handshake); head, body and
+drip first complete their handshake, and two kinds stall the handshake itself:
+  handshake  opens TCP and sends nothing
+  hello      sends half of a TLS ClientHello and stops
+  mix        head, body, drip and handshake at once from four addresses
+The genuine reports still come over HTTP (the simulated checkers speak plain HTTP): they show that
+what the HTTPS listener suffers does not reach the rest of the daemon.
 """
 from __future__ import annotations
 
 import http.client
 import selectors
 import socket
+import ssl
 import statistics
 import threading
 import time
@@ -23,11 +33,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.attack.table import Row, ms
+from bench.attack.target import label, report_path
 from kuberhealthy.base.threads import BackgroundThread
 from kuberhealthy.kube import KHCHECKS
+from testbed.clients.tlscert import client_context, client_hello, self_signed
 from testbed.cluster.apiserver import TestCluster
 from testbed.cluster.builders import khcheck
 from testbed.cluster.crds import install_crds
+from testbed.cluster.loopback import free_port
 from testbed.cluster.objects import create_namespace, state_spec
 from testbed.daemons.process import DaemonProcess
 from testbed.sim.kubelet import SimKubelet
@@ -45,14 +58,21 @@ PROBE_TIMEOUT = 5.0
 P99_TARGET_MS = 1000.0
 CHECK = "genuine"
 HEAD = b"GET /healthz HTTP/1.1\r\nHost: x\r\n"
-BODY = (b"POST /externalCheckStatus HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-        b"Content-Length: 100\r\n\r\n{")
+BODY = (b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: 100\r\n\r\n{")  # % the report endpoint attacked (target.py)
 DRIP = b"GET /healthz HTTP/1.1\r\nHost: x\r\nUser-Agent: a-very-slow-client\r\n\r\n"
 KINDS: dict[str, tuple[str, list[str], list[str]]] = {  # kind: (what, kinds of its connections, sources)
     "head": ("stop inside the headers", ["head"], SOURCES),
     "body": ("headers + Content-Length 100, body `{`, stop", ["body"], SOURCES),
     "drip": ("one byte every 4 s", ["drip"], SOURCES),
     "mix": ("all three kinds from 4 addresses (50 each)", ["head", "body", "drip"], FEW_SOURCES),
+}
+TLS_KINDS = {  # on the HTTPS listener: head, body and drip after their handshake, and these
+    **{kind: KINDS[kind] for kind in ("head", "body", "drip")},
+    "handshake": ("TCP open, no TLS handshake", ["handshake"], SOURCES),
+    "hello": ("half a TLS ClientHello, stop", ["hello"], SOURCES),
+    "mix": ("head, body, drip, no handshake from 4 addresses (50 each)", ["head", "body", "drip", "handshake"],
+            FEW_SOURCES),
 }
 
 
@@ -67,11 +87,14 @@ class _Held:
 
 
 class Attacker(BackgroundThread):
-    """Holds `count` slow connections to `port` (kinds and sources in turn), re-opening closed ones."""
+    """Holds `count` slow connections to `port` (kinds and sources in turn), re-opening closed ones; with
+    `tls`, over TLS (or stalled in its handshake)."""
 
-    def __init__(self, port: int, kinds: list[str], sources: list[str], count: int = CONNS) -> None:
+    def __init__(self, port: int, kinds: list[str], sources: list[str], count: int = CONNS,
+                 tls: ssl.SSLContext | None = None) -> None:
         super().__init__("attack-slow")
-        self.port, self.kinds, self.sources, self.count = port, kinds, sources, count
+        self.port, self.kinds, self.sources, self.count, self.tls = port, kinds, sources, count, tls
+        self.hello = client_hello(tls) if tls is not None else b""
         self.lifetimes: list[float] = []  # open -> closed by the daemon, seconds
         self.answered = 0  # closed connections that got any answer bytes first
         self.open_failures = 0
@@ -83,8 +106,13 @@ class Attacker(BackgroundThread):
             s.bind((self.sources[i % len(self.sources)], 0))
             s.settimeout(5)
             s.connect(("127.0.0.1", self.port))
-            first = {"head": HEAD, "body": BODY, "drip": DRIP[:1]}[kind]
-            s.sendall(first)
+            if kind == "hello":
+                s.sendall(self.hello[:len(self.hello) // 2])
+            elif kind != "handshake":
+                if self.tls is not None:
+                    s = self.tls.wrap_socket(s, server_hostname="localhost")
+                body = BODY % report_path().encode()
+                s.sendall({"head": HEAD, "body": body, "drip": DRIP[:1]}[kind])
         except OSError:
             s.close()
             self.open_failures += 1
@@ -103,8 +131,8 @@ class Attacker(BackgroundThread):
                 i, held = key.data
                 try:
                     data = held.sock.recv(65536)
-                except BlockingIOError:
-                    continue
+                except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                    continue  # nothing yet (TLS: a record that held no data, e.g. a session ticket)
                 except OSError:
                     data = b""
                 if data:
@@ -135,11 +163,12 @@ class Attacker(BackgroundThread):
 
 
 class Prober(BackgroundThread):
-    """Probes PROBES in turn, each on a fresh connection; keeps (milliseconds, status or error)."""
+    """Probes PROBES in turn, each on a fresh connection (with `tls`, HTTPS); keeps (milliseconds, status
+    or error)."""
 
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, tls: ssl.SSLContext | None = None) -> None:
         super().__init__("attack-probe")
-        self.port = port
+        self.port, self.tls = port, tls
         self.results: list[tuple[float, str]] = []
 
     def _run(self) -> None:
@@ -148,7 +177,8 @@ class Prober(BackgroundThread):
             path = PROBES[i % len(PROBES)]
             i += 1
             t0 = time.monotonic()
-            c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=PROBE_TIMEOUT)
+            c = (http.client.HTTPConnection("127.0.0.1", self.port, timeout=PROBE_TIMEOUT) if self.tls is None else
+                 http.client.HTTPSConnection("localhost", self.port, timeout=PROBE_TIMEOUT, context=self.tls))
             try:
                 c.request("GET", path)
                 r = c.getresponse()
@@ -171,16 +201,31 @@ def _false_fails(cluster: TestCluster, ns: str, stop: threading.Event, seen: lis
             seen.append(f"run {spec.get('uuid')}: {'; '.join(spec.get('Errors') or [])}")
 
 
-def _phase(kind: str, daemon: DaemonProcess, sim: SimKubelet, cluster: TestCluster, ns: str) -> Row:
-    what, kinds, sources = KINDS[kind]
+@dataclass
+class _Target:
+    """The listener under attack: its port, and with TLS the client context and the kinds tried there."""
+    port: int
+    tls: ssl.SSLContext | None = None
+
+    @property
+    def kinds(self) -> dict[str, tuple[str, list[str], list[str]]]:
+        return KINDS if self.tls is None else TLS_KINDS
+
+    @property
+    def scenario(self) -> str:
+        return label("slow" if self.tls is None else "slow-tls")
+
+
+def _phase(kind: str, daemon: DaemonProcess, sim: SimKubelet, cluster: TestCluster, ns: str, to: _Target) -> Row:
+    what, kinds, sources = to.kinds[kind]
     before = set(sim.report_results)
     failed: list[str] = []
     stop = threading.Event()
     watcher = threading.Thread(target=_false_fails, args=(cluster, ns, stop, failed), daemon=True)
-    attacker = Attacker(daemon.port, kinds, sources)
+    attacker = Attacker(to.port, kinds, sources, tls=to.tls)
     attacker.start()
     time.sleep(1.0)  # the connections are open before the probes start
-    prober = Prober(daemon.port)
+    prober = Prober(to.port, to.tls)
     prober.start()
     watcher.start()
     time.sleep(HOLD)
@@ -207,25 +252,31 @@ def _phase(kind: str, daemon: DaemonProcess, sim: SimKubelet, cluster: TestClust
              f"{len(accepted)}/{len(reports)} genuine reports accepted ({len(first_try)} at the first attempt); "
              f"failed runs: {failed or 'none'}; attacker connect failures: {attacker.open_failures}"]
     target = f"probes p99 <= {P99_TARGET_MS:.0f} ms, all 200; all genuine accepted"
-    return Row("slow", f"{CONNS} x {what}, {HOLD:.0f} s, {len(sources)} sources", answered, probe_p99,
+    return Row(to.scenario, f"{CONNS} x {what}, {HOLD:.0f} s, {len(sources)} sources", answered, probe_p99,
                f"{len(accepted)}/{len(reports)}", target, ok, notes)
 
 
-def run(cluster: TestCluster, workdir: Path) -> list[Row]:
+def run(cluster: TestCluster, workdir: Path, tls: bool = False) -> list[Row]:
+    """The attack on the daemon's HTTP listener, or (`tls`) on its HTTPS listener."""
     workdir.mkdir(parents=True, exist_ok=True)
     install_crds(cluster)  # idempotent: __main__ starts a bare test bed
     ns = create_namespace(cluster, "atk-slow")
     sim = SimKubelet(str(cluster.kubeconfig), nodes=3, namespace=ns, signing_key=cluster.sa_key)
     sim.start()
-    daemon = DaemonProcess(cluster, workdir, "kh-slow", ns,
-                           {"targetNamespace": ns, "enableForceMaster": True, "logLevel": "info"})
+    settings = {"targetNamespace": ns, "enableForceMaster": True, "logLevel": "info"}
+    if tls:
+        cert, key = self_signed(workdir / "tls")
+        settings.update(tlsCertFile=str(cert), tlsKeyFile=str(key), listenAddressTLS=f"127.0.0.1:{free_port()}")
+    daemon = DaemonProcess(cluster, workdir, "kh-slow", ns, settings)
+    target = (_Target(int(str(settings["listenAddressTLS"]).rpartition(":")[2]), client_context(cert)) if tls
+              else _Target(daemon.port))
     try:
         cluster.request("POST", KHCHECKS.path(ns), khcheck(CHECK, "kh-sim/ok", "2s", timeout="30s"))
         daemon.start().wait_serving()
         wait_for(lambda: state_spec(cluster, ns, CHECK).get("OK") is True, 60, what="a first good run")
         rows = []
-        for kind in KINDS:
-            rows.append(_phase(kind, daemon, sim, cluster, ns))
+        for kind in target.kinds:
+            rows.append(_phase(kind, daemon, sim, cluster, ns, target))
             print(f"   {rows[-1].tried}: {rows[-1].answered}; probe p99 {ms(rows[-1].probe_p99_ms)} ms; "
                   f"genuine {rows[-1].genuine}", flush=True)
             for n in rows[-1].notes:

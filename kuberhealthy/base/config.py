@@ -1,8 +1,10 @@
 """Settings: the YAML config file (camelCase keys as in Kuberhealthy v2) plus environment overrides.
 
 Everything is validated at load time into frozen dataclasses, so a bad value stops start-up with a
-message naming the key instead of failing later in a thread. This module reads files and the
-environment; it never talks to the API.
+message naming the key (or the environment variable the value came from) instead of failing later in a
+thread. This module reads files and parses each key; it never talks to the API, and it does not read
+the TLS files it names (the server does). The environment's part (Kuberhealthy v3's variables, which
+win over the file, and the checks that span both) is configenv.py's.
 
 Each default is written once, as the dataclass field's default: the parser reads an absent key's value
 from `_DEFAULT` (a Config with every default), never from a literal of its own, and other modules that
@@ -12,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +22,25 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from kuberhealthy.base.configenv import (
+    ELECTION_ENABLED_ENV,
+    ELECTION_NAMESPACE_ENV,
+    ENV_KEYS,
+    GO_BOOLS,
+    REPORT_BASE_ENV,
+    UNSUPPORTED_ENV,
+    V2_REPORT_PATH,
+    V2_REPORT_URL_ENV,
+    V3_REPORT_PATH,
+    check_tls_pair,
+    check_tls_port,
+    http_url,
+    name_of,
+    parse_bool,
+    pod_identity,
+    reporting_urls,
+    with_env,
+)
 from kuberhealthy.base.durations import parse_duration
 from kuberhealthy.base.errors import ConfigError
 
@@ -41,6 +62,10 @@ class LeaderElection:
 class PromMetrics:
     suppress_error_label: bool = False
     error_label_max_length: int = 0  # 0 = no truncation
+    # Names of a check's labels kuberhealthy.io/<name> that become metric labels <name>, as v3 (empty: v3's two).
+    label_allowlist: tuple[str, ...] = ("severity", "category")
+    label_denylist: tuple[str, ...] = ()  # wins over the allowlist
+    label_value_max_length: int = 256  # characters kept of such a label's value (0 = no cut)
 
 
 @dataclass(frozen=True)
@@ -79,6 +104,15 @@ class Config:
     enable_run_api: bool = True  # POST /api/checks/<ns>/<name>/run
     dashboard_at_root: bool = False  # browsers asking for HTML at / get the dashboard
     trusted_origins: frozenset[str] = frozenset()  # origins (scheme://host[:port]) that may request runs cross-site
+    # Kuberhealthy v3's API beside v2's
+    metrics_style: str = "v2"  # v2 | v3: the label style and catalog of /metrics
+    healthcheck_run_interval: float = 600.0  # seconds: a HealthCheck's runInterval when it sets none
+    healthcheck_timeout: float = 30.0  # seconds: a HealthCheck's timeout when it sets none
+    v3_reporting_url: str = ""  # resolved: never empty after load(); KH_REPORTING_URL of HealthCheck pods
+    tls_cert_file: str = ""  # PEM certificate (chain) of the HTTPS listener; "" = no HTTPS
+    tls_key_file: str = ""  # its private key (set with tls_cert_file or not at all)
+    listen_tls_host: str = ""  # "" = all interfaces
+    listen_tls_port: int = 8443
 
 
 _DEFAULT = Config()  # what an absent key means: the parser below takes every default from here
@@ -90,9 +124,20 @@ _KNOWN_KEYS = {
     "stateReaperInterval", "checkReaperRunInterval", "promMetricsConfig",
     "reportSourceCheck", "reportAuth", "reportRateLimit", "reportRateBurst",
     "historyLength", "captureLogs", "exposeLogs", "enableRunAPI", "dashboardAtRoot", "trustedOrigins",
+    "metricsStyle", "healthCheckDefaults", "tlsCertFile", "tlsKeyFile", "listenAddressTLS",
 }
 REPORT_SOURCE_CHECKS = ("warn", "enforce", "off")
 REPORT_AUTHS = ("token-or-uuid", "token")
+METRICS_STYLES = ("v2", "v3")
+V3_LOG_LEVELS = {"trace": "debug", "warn": "warning", "fatal": "error", "panic": "error"}  # logrus's, ours
+
+LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")  # Prometheus's label names
+
+# The environment's names (configenv.py's) among them: written here first, they stay importable from here.
+__all__ = ["DEFAULT_CONFIG_PATH", "ELECTION_ENABLED_ENV", "ELECTION_NAMESPACE_ENV", "ENV_KEYS", "GO_BOOLS",
+           "LABEL_NAME", "LOG_LEVELS", "METRICS_STYLES", "REPORT_AUTHS", "REPORT_BASE_ENV", "REPORT_SOURCE_CHECKS",
+           "UNSUPPORTED_ENV", "V2_REPORT_PATH", "V2_REPORT_URL_ENV", "V3_LOG_LEVELS", "V3_REPORT_PATH", "Config",
+           "LeaderElection", "PromMetrics", "from_mapping", "load", "parse_listen_address"]
 
 
 def _bool(raw: Mapping[str, Any], key: str, default: bool, prefix: str = "") -> bool:
@@ -101,9 +146,10 @@ def _bool(raw: Mapping[str, Any], key: str, default: bool, prefix: str = "") -> 
     v = raw[key]
     if isinstance(v, bool):
         return v
-    if isinstance(v, str) and v.strip().lower() in ("true", "false"):
-        return v.strip().lower() == "true"
-    raise ConfigError(prefix + key, f"expected true or false, got {v!r}")
+    parsed = parse_bool(v) if isinstance(v, str) else None
+    if parsed is not None:
+        return parsed
+    raise ConfigError(name_of(raw, key, prefix), f"expected true or false, got {v!r}")
 
 
 def _str(raw: Mapping[str, Any], key: str, default: str, prefix: str = "") -> str:
@@ -122,7 +168,7 @@ def _int(raw: Mapping[str, Any], key: str, default: int, prefix: str = "") -> in
     if isinstance(v, str) and v.strip().isascii() and v.strip().lstrip("-").isdigit():  # "²".isdigit() is true
         v = int(v.strip())
     if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-        raise ConfigError(prefix + key, f"expected a whole number >= 0, got {raw[key]!r}")
+        raise ConfigError(name_of(raw, key, prefix), f"expected a whole number >= 0, got {raw[key]!r}")
     return v
 
 
@@ -145,13 +191,9 @@ def _rate(raw: Mapping[str, Any], key: str, default: float) -> float:
     return float(v)
 
 
-def _duration(raw: Mapping[str, Any], key: str, default: float, prefix: str = "",
-              env: str | None = None, positive: bool = True,
-              environ: Mapping[str, str] | None = None) -> float:
+def _duration(raw: Mapping[str, Any], key: str, default: float, prefix: str = "", positive: bool = True) -> float:
     value: Any = raw.get(key)
-    source = prefix + key
-    if env and environ and environ.get(env):
-        value, source = environ[env], env
+    source = name_of(raw, key, prefix)
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
@@ -164,6 +206,36 @@ def _duration(raw: Mapping[str, Any], key: str, default: float, prefix: str = ""
     if positive and seconds <= 0:
         raise ConfigError(source, f"must be greater than zero, got {value!r}")
     return seconds
+
+
+def _labels(raw: Mapping[str, Any], key: str, default: tuple[str, ...], prefix: str) -> tuple[str, ...]:
+    """A list of label names, or one string of them separated by commas (v3's form); blanks and repeats
+    are dropped, the order kept."""
+    value = raw.get(key)
+    if value is None:
+        return default
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, list) or not all(isinstance(item, str) for item in items):
+        raise ConfigError(name_of(raw, key, prefix), f"expected a list of label names, got {value!r}")
+    names = tuple(dict.fromkeys(item.strip() for item in items if item.strip()))
+    for name in names:
+        if not LABEL_NAME.fullmatch(name):
+            raise ConfigError(name_of(raw, key, prefix), f"{name!r} is not a label name ([a-zA-Z_][a-zA-Z0-9_]*)")
+    return names
+
+
+def _section(raw: Mapping[str, Any], key: str, keys: str) -> Mapping[str, Any]:
+    value = raw.get(key) or {}
+    if not isinstance(value, Mapping):
+        raise ConfigError(key, f"expected a mapping with {keys}")
+    return value
+
+
+def _address(raw: Mapping[str, Any], key: str, default: str) -> tuple[str, int]:
+    try:
+        return parse_listen_address(_str(raw, key, default))
+    except ValueError:
+        raise ConfigError(name_of(raw, key), f"expected host:port or :port, got {raw.get(key)!r}") from None
 
 
 def parse_listen_address(value: str) -> tuple[str, int]:
@@ -182,6 +254,26 @@ def parse_listen_address(value: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def _log_level(raw: Mapping[str, Any]) -> str:
+    """Ours (debug, info, warning, error), or v3's (logrus's) mapped to the nearest of ours."""
+    given = _str(raw, "logLevel", _DEFAULT.log_level).strip().lower()
+    level = V3_LOG_LEVELS.get(given, given)
+    if level not in LOG_LEVELS:
+        levels = ", ".join((*LOG_LEVELS, *V3_LOG_LEVELS))
+        raise ConfigError(name_of(raw, "logLevel"), f"expected one of {levels}, got {raw.get('logLevel')!r}")
+    return level
+
+
+def _tls(raw: Mapping[str, Any], http: tuple[str, int]) -> tuple[str, str, str, int]:
+    """(certificate file, key file, host, port) of the HTTPS listener: both files or neither."""
+    cert = _str(raw, "tlsCertFile", _DEFAULT.tls_cert_file).strip()
+    key = _str(raw, "tlsKeyFile", _DEFAULT.tls_key_file).strip()
+    check_tls_pair(raw, cert, key)
+    host, port = _address(raw, "listenAddressTLS", f"{_DEFAULT.listen_tls_host}:{_DEFAULT.listen_tls_port}")
+    check_tls_port(raw, cert, (host, port), http)
+    return cert, key, host, port
+
+
 def from_mapping(raw: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> Config:
     """Validate a parsed config document (plus environment) into a Config."""
     env = os.environ if environ is None else environ
@@ -190,22 +282,10 @@ def from_mapping(raw: Mapping[str, Any], environ: Mapping[str, str] | None = Non
     for key in raw:
         if key not in _KNOWN_KEYS:
             logger.warning("Ignoring unknown config key %r", key)
+    raw = with_env(raw, env)
+    host, port = _address(raw, "listenAddress", f"{_DEFAULT.listen_host}:{_DEFAULT.listen_port}")
 
-    try:
-        host, port = parse_listen_address(
-            _str(raw, "listenAddress", f"{_DEFAULT.listen_host}:{_DEFAULT.listen_port}"))
-    except ValueError:
-        raise ConfigError("listenAddress", f"expected host:port or :port, got {raw.get('listenAddress')!r}") from None
-
-    log_level = _str(raw, "logLevel", _DEFAULT.log_level).lower()
-    if log_level == "warn":
-        log_level = "warning"
-    if log_level not in LOG_LEVELS:
-        raise ConfigError("logLevel", f"expected one of {', '.join(LOG_LEVELS)}, got {raw.get('logLevel')!r}")
-
-    le_raw = raw.get("leaderElection") or {}
-    if not isinstance(le_raw, Mapping):
-        raise ConfigError("leaderElection", "expected a mapping with leaseName, leaseDuration, ...")
+    le_raw = _section(raw, "leaderElection", "leaseName, leaseDuration, ...")
     p, le_default = "leaderElection.", _DEFAULT.leader_election
     le = LeaderElection(
         lease_name=_str(le_raw, "leaseName", le_default.lease_name, p),
@@ -214,39 +294,32 @@ def from_mapping(raw: Mapping[str, Any], environ: Mapping[str, str] | None = Non
         retry_period=_duration(le_raw, "retryPeriod", le_default.retry_period, p),
     )
     if not le.lease_name:
-        raise ConfigError("leaderElection.leaseName", "must not be empty")
-    if le.lease_duration <= le.renew_deadline:
-        raise ConfigError("leaderElection.leaseDuration", "must be greater than leaderElection.renewDeadline")
-    if le.renew_deadline <= le.retry_period:
-        raise ConfigError("leaderElection.renewDeadline", "must be greater than leaderElection.retryPeriod")
+        raise ConfigError(name_of(le_raw, "leaseName", p), "must not be empty")
+    for longer, shorter, ok in (("leaseDuration", "renewDeadline", le.lease_duration > le.renew_deadline),
+                                ("renewDeadline", "retryPeriod", le.renew_deadline > le.retry_period)):
+        if not ok:
+            raise ConfigError(name_of(le_raw, longer, p), f"must be greater than {name_of(le_raw, shorter, p)}")
 
-    pm_raw = raw.get("promMetricsConfig") or {}
-    if not isinstance(pm_raw, Mapping):
-        raise ConfigError("promMetricsConfig", "expected a mapping with suppressErrorLabel, errorLabelMaxLength")
+    pm_raw = _section(raw, "promMetricsConfig", "suppressErrorLabel, errorLabelMaxLength, labelAllowlist, ...")
     p, pm_default = "promMetricsConfig.", _DEFAULT.prom_metrics
     pm = PromMetrics(
         suppress_error_label=_bool(pm_raw, "suppressErrorLabel", pm_default.suppress_error_label, p),
         error_label_max_length=_int(pm_raw, "errorLabelMaxLength", pm_default.error_label_max_length, p),
+        label_allowlist=_labels(pm_raw, "labelAllowlist", pm_default.label_allowlist, p),
+        label_denylist=_labels(pm_raw, "labelDenylist", pm_default.label_denylist, p),
+        label_value_max_length=_int(pm_raw, "labelValueMaxLength", pm_default.label_value_max_length, p),
     )
+    hc_raw, p = _section(raw, "healthCheckDefaults", "runInterval, timeout"), "healthCheckDefaults."
 
-    pod_namespace = env.get("POD_NAMESPACE") or _DEFAULT.pod_namespace
-    pod_name = env.get("POD_NAME") or socket.gethostname()
-    reporting_url = (env.get("KH_EXTERNAL_REPORTING_URL")
-                     or _str(raw, "externalCheckReportingURL", _DEFAULT.external_check_reporting_url)
-                     or f"http://kuberhealthy.{pod_namespace}.svc.cluster.local/externalCheckStatus")
-    if not reporting_url.startswith(("http://", "https://")):
-        raise ConfigError("externalCheckReportingURL", f"expected an http(s) URL, got {reporting_url!r}")
+    pod_name, pod_namespace = pod_identity(env, _DEFAULT.pod_namespace)
+    reporting_url, v3_reporting_url = reporting_urls(
+        env, pod_namespace, lambda: _str(raw, "externalCheckReportingURL", _DEFAULT.external_check_reporting_url))
+    tls_cert_file, tls_key_file, tls_host, tls_port = _tls(raw, (host, port))
 
     enable_influx = _bool(raw, "enableInflux", _DEFAULT.enable_influx)
     influx_url = _str(raw, "influxURL", _DEFAULT.influx_url)
     if enable_influx:
-        try:
-            parts = urlsplit(influx_url)
-            parts.port  # noqa: B018 - raises ValueError for a bad port
-        except ValueError:
-            raise ConfigError("influxURL", f"invalid URL {influx_url!r}") from None
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ConfigError("influxURL", f"enableInflux is true but influxURL is not an http(s) URL: {influx_url!r}")
+        http_url(influx_url, "influxURL")
         if not _str(raw, "influxDB", _DEFAULT.influx_db).strip():
             raise ConfigError("influxDB", "enableInflux is true but no database is named")
 
@@ -254,13 +327,12 @@ def from_mapping(raw: Mapping[str, Any], environ: Mapping[str, str] | None = Non
         listen_host=host,
         listen_port=port,
         enable_force_master=_bool(raw, "enableForceMaster", _DEFAULT.enable_force_master),
-        log_level=log_level,
+        log_level=_log_level(raw),
         enable_influx=enable_influx,
         influx_url=influx_url,
         influx_username=_str(raw, "influxUsername", _DEFAULT.influx_username),
-        # KH_INFLUX_PASSWORD (the chart fills it from a Secret) wins over the file's key. Never logged:
-        # the field has repr=False, and no message names its value.
-        influx_password=env.get("KH_INFLUX_PASSWORD") or _str(raw, "influxPassword", _DEFAULT.influx_password),
+        # Never logged: the field has repr=False, and no message names its value.
+        influx_password=_str(raw, "influxPassword", _DEFAULT.influx_password),
         influx_db=_str(raw, "influxDB", _DEFAULT.influx_db),
         external_check_reporting_url=reporting_url,
         max_khjob_age=_duration(raw, "maxKHJobAge", _DEFAULT.max_khjob_age),
@@ -272,8 +344,7 @@ def from_mapping(raw: Mapping[str, Any], environ: Mapping[str, str] | None = Non
         check_change_debounce=_duration(raw, "checkChangeDebounce", _DEFAULT.check_change_debounce,
                                         positive=False),
         state_reaper_interval=_duration(raw, "stateReaperInterval", _DEFAULT.state_reaper_interval),
-        check_reaper_run_interval=_duration(raw, "checkReaperRunInterval", _DEFAULT.check_reaper_run_interval,
-                                            env="CHECK_REAPER_RUN_INTERVAL", environ=env),
+        check_reaper_run_interval=_duration(raw, "checkReaperRunInterval", _DEFAULT.check_reaper_run_interval),
         prom_metrics=pm,
         pod_name=pod_name,
         pod_namespace=pod_namespace,
@@ -287,6 +358,14 @@ def from_mapping(raw: Mapping[str, Any], environ: Mapping[str, str] | None = Non
         enable_run_api=_bool(raw, "enableRunAPI", _DEFAULT.enable_run_api),
         dashboard_at_root=_bool(raw, "dashboardAtRoot", _DEFAULT.dashboard_at_root),
         trusted_origins=_origins(raw, "trustedOrigins", _DEFAULT.trusted_origins),
+        metrics_style=_choice(raw, "metricsStyle", METRICS_STYLES, _DEFAULT.metrics_style),
+        healthcheck_run_interval=_duration(hc_raw, "runInterval", _DEFAULT.healthcheck_run_interval, p),
+        healthcheck_timeout=_duration(hc_raw, "timeout", _DEFAULT.healthcheck_timeout, p),
+        v3_reporting_url=v3_reporting_url,
+        tls_cert_file=tls_cert_file,
+        tls_key_file=tls_key_file,
+        listen_tls_host=tls_host,
+        listen_tls_port=tls_port,
     )
 
 

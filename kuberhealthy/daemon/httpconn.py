@@ -26,8 +26,11 @@ every send and so trades the GIL back and forth per socket-buffer-full of a larg
 deadline stays: the kernel's SO_SNDTIMEO bounds each send, and each sendall() as a whole is given
 up after WRITE_TIMEOUT (a client that does not read, or reads a trickle).
 
+A connection on the HTTPS listener is a TLSConn (httptls.py), which reads through TLS; this module's
+buffering and parsing see only the decrypted bytes.
+
 What this module does not do: the selector, deadlines' enforcement and the connection caps
-(httpworker.py), answering requests (gunicorn and the app).
+(httpworker.py), answering requests (gunicorn and the app), TLS (httptls.py).
 """
 from __future__ import annotations
 
@@ -35,6 +38,7 @@ import enum
 import io
 import os
 import re
+import selectors
 import socket
 import struct
 import time
@@ -59,6 +63,7 @@ _MIN_SNDTIMEO = 0.001  # SO_SNDTIMEO of zero means "no timeout": never set less 
 
 
 class State(enum.Enum):
+    HANDSHAKE = "handshake"  # TLS: the handshake under way, under the head's deadline
     HEAD = "head"  # waiting for the request line and headers
     BODY = "body"  # headers in, waiting for the rest of the body
     BUSY = "busy"  # in a pool thread: the poller leaves it alone
@@ -159,8 +164,13 @@ class Conn:
     being received (and anything pipelined behind it). Touched only by the poller's thread, except
     while BUSY, when only the pool thread handling it touches it."""
 
+    tls = False  # on the HTTPS listener (httptls.TLSConn)
+
     def __init__(self, sock: socket.socket, client: Any, server: Any, now: float) -> None:
         self.sock = sock
+        self.events = selectors.EVENT_READ  # the readiness the poller is to wait for (TLS may need to write)
+        self.watched = 0  # the readiness the poller waits for
+        self.refused: str | None = None  # why the client is closed after breaking the protocol (TLS)
         self.client = client  # the peer's address: REMOTE_ADDR, and the key of the per-source cap
         self.server = server
         self.source = str(client[0]) if isinstance(client, tuple) and client else str(client)
@@ -242,11 +252,16 @@ class Conn:
         return True
 
     def _send_continue(self) -> None:
+        # if it cannot go, the client sends its body anyway after a while (curl: 1 s), or it is gone
+        self.continued = self.send_nowait(_CONTINUE)
+
+    def send_nowait(self, data: bytes) -> bool:
+        """Send `data` without waiting (a fresh socket's send buffer takes a short answer whole)."""
         try:
-            self.sock.send(_CONTINUE, socket.MSG_DONTWAIT)  # a fresh socket's send buffer takes it whole
-            self.continued = True
+            self.sock.send(data, socket.MSG_DONTWAIT)
+            return True
         except OSError:
-            pass  # the client sends its body anyway after a while (curl: 1 s), or it is gone
+            return False
 
     def _chunks_done(self) -> bool:
         """Scan the chunked body's framing (not its contents) as far as it is in; True once the last
@@ -312,6 +327,9 @@ class Conn:
             return None
         except OSError:
             return b""
+
+    def resume(self) -> None:
+        """Back from a pool thread, before the poller reads it again (the plain socket stays blocking)."""
 
     def half_close(self) -> bool:
         """Send FIN (RFC 9112 section 9.6) before lingering; False when the socket is already gone."""

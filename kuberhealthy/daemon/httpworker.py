@@ -21,11 +21,15 @@ parsed here (httpconn.py), and the arbiter hears from the worker once a HEARTBEA
 gunicorn's own per-request reads of its settings go to FrozenSettings. `python -m bench.web_bench`
 measures `/` on this worker against bare Flask on stock gthread.
 
-HTTP/1 only (the daemon serves no TLS and no HTTP/2). Shutdown is gthread's: stop accepting, give
+HTTP/1 only, no HTTP/2. With `tls` set (serving_tls()), the listener on its port is the HTTPS one:
+its connections do their handshake in the main loop, under the head's deadline, and are otherwise
+served as the plain ones, under the same caps and deadlines (httptls.py); gunicorn's own TLS
+settings, which would wrap every listener, stay off. Shutdown is gthread's: stop accepting, give
 kept-alive connections STOP_KEEPALIVE_LINGER, wait for the rest up to the graceful timeout.
 """
 from __future__ import annotations
 
+import copy
 import errno
 import heapq
 import itertools
@@ -43,6 +47,7 @@ from prometheus_client import Counter
 from prometheus_client.registry import Collector
 
 from kuberhealthy.daemon.httpconn import WRITE_TIMEOUT, AnswerSocket, Conn, State, unread_bytes
+from kuberhealthy.daemon.httptls import ServerTLS, TLSConn
 
 logger = logging.getLogger(__name__)
 
@@ -54,9 +59,9 @@ ACCEPT_BATCH = 64  # connections taken per wake-up of the listener
 ACCEPT_PAUSE = 0.5  # seconds accepting pauses when out of descriptors and every connection is busy
 HEARTBEAT = 1.0  # seconds between the worker's notes to the arbiter (gunicorn's timeout is 60 s)
 
-HEAD_LATE, BODY_LATE, EVICTED_SOURCE, EVICTED_TOTAL, WRITE_LATE, DROPPED = (
-    "head-deadline", "body-deadline", "source-cap", "total-cap", "write-timeout", "framing")
-REASONS = (HEAD_LATE, BODY_LATE, EVICTED_SOURCE, EVICTED_TOTAL, WRITE_LATE, DROPPED)
+HEAD_LATE, BODY_LATE, EVICTED_SOURCE, EVICTED_TOTAL, WRITE_LATE, DROPPED, TLS_REFUSED = (
+    "head-deadline", "body-deadline", "source-cap", "total-cap", "write-timeout", "framing", "tls-handshake")
+REASONS = (HEAD_LATE, BODY_LATE, EVICTED_SOURCE, EVICTED_TOTAL, WRITE_LATE, DROPPED, TLS_REFUSED)
 
 
 class ConnectionMetrics:
@@ -107,9 +112,19 @@ class PollingWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn ships no ty
     """gthread with the request buffered by the main loop (see the module docstring)."""
 
     metrics = ConnectionMetrics()  # one worker per process; the web app exports it
+    tls: ServerTLS | None = None  # the HTTPS listener's port and certificate (serving_tls())
+
+    @classmethod
+    def serving_tls(cls, tls: ServerTLS | None) -> type[PollingWorker]:
+        """This worker class, with the listener on `tls.port` serving HTTPS (gunicorn takes a class)."""
+        if tls is None:
+            return cls
+        return type(cls.__name__, (cls,), {"tls": tls, "__doc__": cls.__doc__})
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.tls_cfg: Any = None  # the settings TLS connections' requests are parsed with (https)
+        self._tls_listeners: set[int] = set()  # descriptors of the HTTPS listener
         self.conns: dict[Conn, None] = {}  # every open connection, oldest waiting first
         self.by_source: dict[str, dict[Conn, None]] = {}
         self._deadlines: list[tuple[float, int, Conn]] = []  # a heap; stale entries are skipped
@@ -126,6 +141,7 @@ class PollingWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn ships no ty
 
     def run(self) -> None:
         self.cfg: Any = FrozenSettings(self.cfg)  # from here on every request reads it
+        self._serve_tls()
         self.poller.register(self.method_queue.fileno(), selectors.EVENT_READ, self.method_queue.run_callbacks)
         self.set_accept_enabled(True)
         while self.alive:
@@ -136,6 +152,8 @@ class PollingWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn ships no ty
             self._expire(time.monotonic())
             if not self._accepting and time.monotonic() >= self._accept_again:
                 self.set_accept_enabled(True)
+            if self.tls is not None:
+                self.tls.refresh(time.monotonic())
         # gthread's graceful stop: no new connections, kept-alive ones get a short linger (a request
         # that arrives meanwhile is answered with "Connection: close"), the rest until the graceful timeout.
         self.set_accept_enabled(False)
@@ -155,6 +173,16 @@ class PollingWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn ships no ty
         self.method_queue.close()
         for s in self.sockets:
             s.close()
+
+    def _serve_tls(self) -> None:
+        """Find the HTTPS listener, and the settings its requests are parsed with (scheme https)."""
+        self.tls_cfg = copy.copy(self.cfg)
+        self.tls_cfg.is_ssl = True
+        if self.tls is None:
+            return
+        self._tls_listeners = {s.fileno() for s in self.sockets if s.getsockname()[1] == self.tls.port}
+        if not self._tls_listeners:
+            raise RuntimeError(f"no listener on port {self.tls.port} to serve HTTPS on")
 
     def _heartbeat(self) -> None:
         """Tell the arbiter this worker lives (a file's mtime): at most every HEARTBEAT seconds, not at
@@ -196,6 +224,8 @@ class PollingWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn ships no ty
                 continue  # closed, in a thread, or given a new deadline since
             if conn.state is State.HEAD:
                 self._quiet_close(conn, HEAD_LATE, "headers not in within the deadline")
+            elif conn.state is State.HANDSHAKE:
+                self._quiet_close(conn, HEAD_LATE, "TLS handshake not done within the head's deadline")
             elif conn.state is State.BODY:
                 self._quiet_close(conn, BODY_LATE, "body not in within the deadline")
             else:
@@ -218,15 +248,18 @@ class PollingWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn ships no ty
                 elif e.errno != errno.ECONNABORTED:
                     raise
                 return
+            tls = self.tls if listener.fileno() in self._tls_listeners else None
             try:
-                answer = AnswerSocket.adopt(sock)
+                if tls is None:
+                    conn = Conn(AnswerSocket.adopt(sock), client, listener.getsockname(), time.monotonic())
+                else:
+                    conn = TLSConn(tls.wrap(sock), client, listener.getsockname(), time.monotonic())
             except OSError as e:  # the connection is closed; the next one may fare better
                 logger.debug("Dropping a connection from %s: %s", client, e)
                 continue
-            self._admit(answer, client, listener.getsockname())
+            self._admit(conn)
 
-    def _admit(self, sock: socket.socket, client: Any, server: Any) -> None:
-        conn = Conn(sock, client, server, time.monotonic())
+    def _admit(self, conn: Conn) -> None:
         same = self.by_source.setdefault(conn.source, {})
         if len(same) >= PER_SOURCE:
             self._evict(same, EVICTED_SOURCE)
@@ -264,7 +297,8 @@ class PollingWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn ships no ty
     # -- reading --------------------------------------------------------------------------------------
 
     def _watch(self, conn: Conn) -> None:
-        self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._readable, conn))
+        self.poller.register(conn.sock, conn.events, partial(self._readable, conn))
+        conn.watched = conn.events
 
     def _unwatch(self, conn: Conn) -> None:
         try:
@@ -274,6 +308,9 @@ class PollingWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn ships no ty
 
     def _readable(self, conn: Conn, _sock: Any) -> None:
         data = conn.recv()
+        if conn.events != conn.watched:  # TLS must write before it can read on (or is done writing)
+            self.poller.modify(conn.sock, conn.events, partial(self._readable, conn))
+            conn.watched = conn.events
         if data is None:
             return
         if conn.state is State.LINGER:
@@ -282,7 +319,13 @@ class PollingWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn ships no ty
                 self._drop(conn)
             return
         if not data:
-            self._drop(conn)  # the client closed (or reset) the connection
+            if conn.refused is None:
+                self._drop(conn)  # the client closed (or reset) the connection
+                return
+            logger.debug("Closing the connection from %s: %s", conn.source, conn.refused)
+            self.metrics.count(TLS_REFUSED)
+            self._unwatch(conn)
+            self._linger(conn)  # what was answered (a TLS alert, a 400) reaches the client before the close
             return
         now = time.monotonic()
         if conn.state is State.IDLE:
@@ -295,7 +338,7 @@ class PollingWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn ships no ty
         """After new bytes: a whole request goes to the pool; else it waits on (the end of its head
         starts the body's deadline)."""
         deadline = conn.deadline
-        ready = conn.ready(self.cfg, now)
+        ready = conn.ready(self.tls_cfg if conn.tls else self.cfg, now)
         if conn.drop is not None:
             self._quiet_close(conn, DROPPED, conn.drop)
         elif ready:
@@ -323,6 +366,7 @@ class PollingWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn ships no ty
             self._drop(conn)
             return
         conn.state = State.LINGER
+        conn.events = selectors.EVENT_READ
         self._set_deadline(conn, time.monotonic() + LINGER)
         self._watch(conn)
 
@@ -343,6 +387,7 @@ class PollingWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn ships no ty
     def _finish(self, conn: Conn, fs: futures.Future[bool]) -> None:
         if conn not in self.conns:
             return
+        conn.resume()
         keepalive = not fs.cancelled() and fs.exception() is None and fs.result()
         if not keepalive or conn.fileno() < 0:
             self._linger(conn)
@@ -365,7 +410,7 @@ class PollingWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn ships no ty
         """In a pool thread: parse the buffered request with gunicorn's parser and answer it."""
         req = None
         try:
-            req = conn.request(self.cfg)
+            req = conn.request(self.tls_cfg if conn.tls else self.cfg)
             if conn.must_close:
                 req.force_close()
             if conn.continued:

@@ -1,10 +1,12 @@
 """Live reload: which config changes apply to running services, and applying them in place.
 
 A changed key applies live where it can: only the parts it feeds are replaced (the checks, the
-Influx forwarder, the reapers, the elector) and the Lease is kept. A new targetNamespace (or pod
-identity) means other caches: needs_rebuild tells the caller to stop and rebuild the services.
-listenAddress and leaderElection.* apply only after a restart: needs_restart keeps them at their
-running values. Reading the file is configwatch.py's; deciding and sequencing is runtime.py's.
+Influx forwarder, the reapers, the elector) and the Lease is kept; what is read at each use
+(LIVE_KEYS) needs nothing replaced. A new targetNamespace (or pod identity) means other caches, and a
+new metricsStyle another /metrics: needs_rebuild tells the caller to stop and rebuild the services
+(and the web app with them). The listeners (listenAddress, listenAddressTLS and the TLS files) and
+leaderElection.* apply only after a restart: needs_restart keeps them at their running values.
+Reading the file is configwatch.py's; deciding and sequencing is runtime.py's.
 """
 from __future__ import annotations
 
@@ -18,9 +20,19 @@ INFLUX_KEYS = ("enable_influx", "influx_url", "influx_username", "influx_passwor
 REAPER_KEYS = ("max_khjob_age", "max_check_pod_age", "max_completed_pod_count", "max_error_pod_count",
                "state_reaper_interval", "check_reaper_run_interval")
 RESTART_KEYS = {"listen_host": "listenAddress", "listen_port": "listenAddress",
-                "leader_election": "leaderElection"}  # applied only by a restart of the process
-REBUILD_KEYS = ("target_namespace", "pod_name", "pod_namespace")  # the caches themselves change
-CHECK_KEYS = ("external_check_reporting_url",)  # what every checker pod carries: its checks restart
+                "leader_election": "leaderElection", "listen_tls_host": "listenAddressTLS",
+                "listen_tls_port": "listenAddressTLS", "tls_cert_file": "tlsCertFile",
+                "tls_key_file": "tlsKeyFile"}  # applied only by a restart of the process
+REBUILD_KEYS = ("target_namespace", "pod_name", "pod_namespace",  # the caches themselves change
+                "metrics_style")  # the web app's registry is built for one style
+# What every checker pod carries, or every run's schedule is made from: the checks restart.
+CHECK_KEYS = ("external_check_reporting_url", "v3_reporting_url", "healthcheck_run_interval",
+              "healthcheck_timeout")
+ELECTOR_KEYS = ("enable_force_master",)
+# Read through services.config at each use (a request, a scrape, a run's end): nothing to replace.
+LIVE_KEYS = ("log_level", "check_change_debounce", "prom_metrics", "report_source_check", "report_auth",
+             "report_rate_limit", "report_rate_burst", "history_length", "capture_logs", "expose_logs",
+             "enable_run_api", "dashboard_at_root", "trusted_origins")
 
 
 def _changed(old: Config, new: Config, keys: tuple[str, ...]) -> bool:
@@ -30,21 +42,21 @@ def _changed(old: Config, new: Config, keys: tuple[str, ...]) -> bool:
 def needs_restart(old: Config, new: Config) -> tuple[Config, list[str]]:
     """`new` with the settings that only a restart applies kept at their running values, and their names."""
     names = sorted({name for attr, name in RESTART_KEYS.items() if getattr(old, attr) != getattr(new, attr)})
-    kept = dataclasses.replace(new, listen_host=old.listen_host, listen_port=old.listen_port,
-                               leader_election=old.leader_election)
+    kept = dataclasses.replace(new, **{attr: getattr(old, attr) for attr in RESTART_KEYS})
     return kept, names
 
 
 def needs_rebuild(old: Config, new: Config) -> bool:
-    """Whether the caches must be rebuilt (services stopped and started again) to apply `new`."""
+    """Whether the services must be rebuilt (stopped and started again, the web app built anew) to apply `new`."""
     return _changed(old, new, REBUILD_KEYS)
 
 
 def reconfigure(services: Services, new: Config) -> list[str]:
     """Apply a changed config to running services, in place; returns what was restarted.
 
-    The Lease is kept. Only the parts a changed key feeds are replaced: the checks (the reporting URL
-    every checker pod carries), the Influx forwarder, the reapers, the elector (enableForceMaster).
+    The Lease is kept. Only the parts a changed key feeds are replaced: the checks (the reporting URLs
+    every checker pod carries, the HealthCheck defaults every schedule is made from), the Influx
+    forwarder, the reapers, the elector (enableForceMaster).
     Callers handle needs_restart/needs_rebuild first.
     """
     old = services.config
@@ -65,7 +77,7 @@ def reconfigure(services: Services, new: Config) -> list[str]:
     if _changed(old, new, REAPER_KEYS) and services.controller is not None:
         services.controller.restart_leader_parts()
         restarted.append("reapers")
-    if old.enable_force_master != new.enable_force_master and services.controller is not None \
+    if _changed(old, new, ELECTOR_KEYS) and services.controller is not None \
             and services.elector is not None:
         old_elector = services.elector
         services.elector = make_elector(services.controller, services, new)

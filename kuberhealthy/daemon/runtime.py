@@ -86,7 +86,7 @@ class Runtime:
                 self.config = config
                 logger.info("Applied the new config live (restarted: %s)", ", ".join(restarted) or "nothing")
                 return
-            logger.info("targetNamespace changed: rebuilding the caches and restarting the checks")
+            logger.info("targetNamespace or metricsStyle changed: rebuilding the services and restarting the checks")
             self._stop_services()
             self.config = config
             try:

@@ -2,7 +2,11 @@
 and the process's signals.
 
 Everything runs in one worker process so the caches, the controller and the HTTP handlers share
-memory. The hooks hand the daemon to the worker's Runtime (runtime.py): it starts after the fork
+memory. With a TLS certificate and key configured, the same app is served over HTTPS too, on a
+listener of its own beside HTTP's (the worker's TLS connections: httptls.py); the pair is loaded here
+first, so a file that cannot be used stops start-up with a message naming its setting.
+
+The hooks hand the daemon to the worker's Runtime (runtime.py): it starts after the fork
 (post_worker_init) and stops when the worker exits (worker_exit): stop runs and remove their pods,
 release the Lease, flush Influx. gunicorn's graceful timeout bounds it, inside the chart's 60 s
 termination grace period. What the daemon does between start and stop is not this module's.
@@ -27,6 +31,8 @@ from typing import Any
 from gunicorn.app.base import BaseApplication
 
 from kuberhealthy.base.config import Config
+from kuberhealthy.base.errors import ConfigError
+from kuberhealthy.daemon.httptls import ServerTLS
 from kuberhealthy.daemon.httpworker import PollingWorker
 from kuberhealthy.daemon.runtime import Runtime
 from kuberhealthy.needs import WebNeeds
@@ -53,15 +59,33 @@ def _dual_stack() -> bool:
         return False
 
 
-def _bind(config: Config, dual_stack: bool | None = None) -> str:
-    """gunicorn's bind for listenAddress. `:port` listens on every address, IPv6 included where the
-    host has it, as Go's net.Listen(":port") does; callers' IPv4 addresses then arrive IPv4-mapped."""
-    host = config.listen_host
+def _address(host: str, port: int, dual_stack: bool | None) -> str:
     if not host:
         host = "::" if (_dual_stack() if dual_stack is None else dual_stack) else "0.0.0.0"
     if ":" in host:
         host = f"[{host}]"
-    return f"{host}:{config.listen_port}"
+    return f"{host}:{port}"
+
+
+def _bind(config: Config, dual_stack: bool | None = None) -> str:
+    """gunicorn's bind for listenAddress. `:port` listens on every address, IPv6 included where the
+    host has it, as Go's net.Listen(":port") does; callers' IPv4 addresses then arrive IPv4-mapped."""
+    return _address(config.listen_host, config.listen_port, dual_stack)
+
+
+def _tls_bind(config: Config, dual_stack: bool | None = None) -> str:
+    """gunicorn's bind for listenAddressTLS, read as listenAddress is."""
+    return _address(config.listen_tls_host, config.listen_tls_port, dual_stack)
+
+
+def server_tls(config: Config) -> ServerTLS | None:
+    """The HTTPS listener's certificate and port when TLS is configured, loaded (ConfigError naming the
+    setting when a file cannot be used); else None."""
+    if not config.tls_cert_file:
+        return None
+    if config.listen_tls_port == 0:  # the worker tells the HTTPS listener by its port
+        raise ConfigError("listenAddressTLS", "HTTPS needs a port of its own, not 0")
+    return ServerTLS(config.tls_cert_file, config.tls_key_file, config.listen_tls_port)
 
 
 _runtime: Runtime | None = None
@@ -154,13 +178,15 @@ class _FlaskHolder:
         return self.app(environ, start_response)
 
 
-def http_settings(known: Collection[str]) -> dict[str, Any]:
+def http_settings(known: Collection[str], tls: ServerTLS | None = None) -> dict[str, Any]:
     """How the daemon serves HTTP, apart from where it listens, its logs and its hooks: one worker of
-    ours, its threads and timeouts. `known` is gunicorn's setting names (cfg.settings), for the ones
-    only some versions have. The web benchmark serves the app with these too."""
+    ours, its threads and timeouts, and with `tls` which listener is HTTPS. `known` is gunicorn's
+    setting names (cfg.settings), for the ones only some versions have. The web benchmark serves the
+    app with these too."""
     settings: dict[str, Any] = {
         "workers": 1,
-        "worker_class": PollingWorker,  # gthread whose threads get only whole requests (httpworker.py)
+        # gthread whose threads get only whole requests (httpworker.py)
+        "worker_class": PollingWorker.serving_tls(tls),
         "threads": HTTP_THREADS,
         "graceful_timeout": GRACEFUL_TIMEOUT,
         "timeout": 60,
@@ -180,12 +206,13 @@ class KuberhealthyApplication(BaseApplication):  # type: ignore[misc]  # gunicor
         self.kubeconfig = kubeconfig
         self.config_path = config_path
         self.flask_holder = _FlaskHolder()
+        self.tls = server_tls(config)  # before gunicorn binds anything
         super().__init__()
 
     def load_config(self) -> None:
         settings = {
-            **http_settings(self.cfg.settings),
-            "bind": [_bind(self.config)],
+            **http_settings(self.cfg.settings, self.tls),
+            "bind": [_bind(self.config), *([_tls_bind(self.config)] if self.tls is not None else [])],
             "errorlog": "-",
             "loglevel": "warning" if self.config.log_level != "debug" else "info",
             "post_worker_init": _post_worker_init,
@@ -201,7 +228,9 @@ class KuberhealthyApplication(BaseApplication):  # type: ignore[misc]  # gunicor
 
 
 def serve(config: Config, kubeconfig: str | None, config_path: str | None) -> int:
-    logger.info("Kuberhealthy starting as %s in %s, listening on %s", config.pod_name, config.pod_namespace,
-                _bind(config))
-    KuberhealthyApplication(config, kubeconfig, config_path).run()
+    """Serve until stopped; ConfigError before anything starts when the TLS files cannot be used."""
+    app = KuberhealthyApplication(config, kubeconfig, config_path)
+    logger.info("Kuberhealthy starting as %s in %s, listening on %s%s", config.pod_name, config.pod_namespace,
+                _bind(config), f" and HTTPS on {_tls_bind(config)}" if app.tls is not None else "")
+    app.run()
     return 0

@@ -17,6 +17,8 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack
 
 REPORT_PATH = "/externalCheckStatus"
+V3_REPORT_PATH = "/check"
+REPORT_PATHS = (REPORT_PATH, V3_REPORT_PATH)  # v2's and v3's report endpoints: both take a run of either kind
 RUN_UUID_HEADER = "kh-run-uuid"
 CHUNK = 64 * 1024
 
@@ -87,13 +89,14 @@ def request(to: Listener | int, method: str, path: str, body: bytes | None = Non
 
 
 def post_report(to: Listener | int, body: Any, *, run_uuid: str | None = None,
-                content_type: str = "application/json", **how: Unpack[Sending]) -> Answer:
-    """A checker's report: `body` as bytes, str or JSON, with the kh-run-uuid header when `run_uuid`."""
+                content_type: str = "application/json", path: str = REPORT_PATH, **how: Unpack[Sending]) -> Answer:
+    """A checker's report: `body` as bytes, str or JSON, with the kh-run-uuid header when `run_uuid`, to v2's
+    endpoint or (`path`) another."""
     raw = body if isinstance(body, bytes) else (body.encode() if isinstance(body, str) else json.dumps(body).encode())
     headers = {"Content-Type": content_type}
     if run_uuid is not None:
         headers[RUN_UUID_HEADER] = run_uuid
-    return request(to, "POST", REPORT_PATH, raw, headers=headers, **how)
+    return request(to, "POST", path, raw, headers=headers, **how)
 
 
 def get_json(url: str, path: str = "/", **kw: Any) -> Any:

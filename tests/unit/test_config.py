@@ -6,14 +6,15 @@ from typing import Any
 
 import pytest
 
-from kuberhealthy.base import config
+from kuberhealthy.base import config, configenv
 from kuberhealthy.base.config import Config, from_mapping, load, parse_listen_address
 from kuberhealthy.base.errors import ConfigError
 from kuberhealthy.records import history
 
 ENV = {"POD_NAME": "kh-0", "POD_NAMESPACE": "health"}
-CONFIG_PY = Path(config.__file__)
-RESOLVED_AT_LOAD = {"pod_name", "external_check_reporting_url"}  # from the environment; "" means "work it out"
+CONFIG_SOURCES = (Path(config.__file__), Path(configenv.__file__))  # the file's keys; the environment's part
+# From the environment; "" means "work it out".
+RESOLVED_AT_LOAD = {"pod_name", "external_check_reporting_url", "v3_reporting_url"}
 
 
 def test_an_empty_config_gives_the_documented_defaults() -> None:
@@ -28,6 +29,11 @@ def test_an_empty_config_gives_the_documented_defaults() -> None:
     assert c.check_change_debounce == 10 and c.state_reaper_interval == 60 and c.check_reaper_run_interval == 30
     assert c.external_check_reporting_url == "http://kuberhealthy.health.svc.cluster.local/externalCheckStatus"
     assert c.pod_name == "kh-0" and c.pod_namespace == "health"
+    assert c.metrics_style == "v2" and (c.healthcheck_run_interval, c.healthcheck_timeout) == (600, 30)
+    assert c.prom_metrics.label_allowlist == ("severity", "category") and c.prom_metrics.label_denylist == ()
+    assert c.prom_metrics.label_value_max_length == 256
+    assert c.v3_reporting_url == "http://kuberhealthy.health.svc.cluster.local/check"
+    assert (c.tls_cert_file, c.tls_key_file, c.listen_tls_host, c.listen_tls_port) == ("", "", "", 8443)
 
 
 def test_every_key_is_read_from_its_camel_case_name() -> None:
@@ -40,7 +46,10 @@ def test_every_key_is_read_from_its_camel_case_name() -> None:
         "leaderElection": {"leaseName": "kh-lease", "leaseDuration": "30s", "renewDeadline": "20s",
                            "retryPeriod": "1s"},
         "checkChangeDebounce": "0s", "stateReaperInterval": "5m", "checkReaperRunInterval": "45s",
-        "promMetricsConfig": {"suppressErrorLabel": True, "errorLabelMaxLength": 50},
+        "promMetricsConfig": {"suppressErrorLabel": True, "errorLabelMaxLength": 50,
+                              "labelAllowlist": ["severity"], "labelDenylist": ["category"], "labelValueMaxLength": 9},
+        "metricsStyle": "v3", "healthCheckDefaults": {"runInterval": "5m", "timeout": "1m"},
+        "tlsCertFile": "/tls/tls.crt", "tlsKeyFile": "/tls/tls.key", "listenAddressTLS": "127.0.0.1:9443",
     }, ENV)
     assert (c.listen_host, c.listen_port, c.enable_force_master, c.log_level) == ("127.0.0.1", 9000, True, "debug")
     assert (c.enable_influx, c.influx_url, c.influx_username, c.influx_password, c.influx_db) == (
@@ -51,6 +60,11 @@ def test_every_key_is_read_from_its_camel_case_name() -> None:
     assert c.target_namespace == "team-a" and c.leader_election.lease_name == "kh-lease"
     assert c.check_change_debounce == 0 and c.state_reaper_interval == 300 and c.check_reaper_run_interval == 45
     assert c.prom_metrics.suppress_error_label and c.prom_metrics.error_label_max_length == 50
+    assert (c.prom_metrics.label_allowlist, c.prom_metrics.label_denylist, c.prom_metrics.label_value_max_length) == (
+        ("severity",), ("category",), 9)
+    assert c.metrics_style == "v3" and (c.healthcheck_run_interval, c.healthcheck_timeout) == (300, 60)
+    assert (c.tls_cert_file, c.tls_key_file, c.listen_tls_host, c.listen_tls_port) == (
+        "/tls/tls.crt", "/tls/tls.key", "127.0.0.1", 9443)
 
 
 def test_the_reporting_url_env_var_wins_over_the_config_key() -> None:
@@ -91,8 +105,20 @@ def test_the_influx_password_env_var_wins_over_the_config_key_and_is_never_shown
     ({"checkReaperRunInterval": "0s"}, "checkReaperRunInterval"),
     ({"maxKHJobAge": 10}, "maxKHJobAge"),
     ({"maxCheckPodAge": "1.5"}, "maxCheckPodAge"),
+    ({"metricsStyle": "v4"}, "metricsStyle"),
+    ({"healthCheckDefaults": "10m"}, "healthCheckDefaults"),
+    ({"healthCheckDefaults": {"runInterval": 600}}, "healthCheckDefaults.runInterval"),
+    ({"healthCheckDefaults": {"timeout": "0s"}}, "healthCheckDefaults.timeout"),
+    ({"promMetricsConfig": {"labelAllowlist": [1]}}, "promMetricsConfig.labelAllowlist"),
+    ({"promMetricsConfig": {"labelDenylist": ["kuberhealthy.io/severity"]}}, "promMetricsConfig.labelDenylist"),
+    ({"promMetricsConfig": {"labelValueMaxLength": -1}}, "promMetricsConfig.labelValueMaxLength"),
+    ({"listenAddressTLS": "8443"}, "listenAddressTLS"),
+    ({"tlsCertFile": "/tls/tls.crt"}, "tlsCertFile"),
+    ({"tlsKeyFile": "/tls/tls.key"}, "tlsKeyFile"),
+    ({"tlsCertFile": "/c", "tlsKeyFile": "/k", "listenAddressTLS": ":8080"}, "listenAddressTLS"),
+    ({"externalCheckReportingURL": "kuberhealthy/externalCheckStatus"}, "externalCheckReportingURL"),
 ])
-def test_a_bad_value_is_an_error_that_names_its_key(raw: dict, key: str) -> None:
+def test_a_bad_value_is_an_error_that_names_its_key(raw: dict[str, Any], key: str) -> None:
     with pytest.raises(ConfigError) as err:
         from_mapping(raw, ENV)
     assert err.value.key == key and key in str(err.value)
@@ -128,7 +154,7 @@ def _declared_defaults(cls: type, prefix: str = "") -> dict[str, Any]:
     """Every field's default as the dataclass declares it, nested dataclasses flattened (`leader_election.x`)."""
     out: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
-        value = f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
+        value = f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[operator]
         if dataclasses.is_dataclass(value):
             out |= _declared_defaults(type(value), f"{prefix}{f.name}.")
         else:
@@ -153,6 +179,12 @@ def test_an_empty_config_gives_every_field_exactly_the_default_its_dataclass_dec
     assert differing == {}
 
 
+def _config_tree() -> ast.Module:
+    """config.py and configenv.py as one module: the top-level statements of both."""
+    trees = [ast.parse(p.read_text(encoding="utf-8")) for p in CONFIG_SOURCES]
+    return ast.Module(body=[node for tree in trees for node in tree.body], type_ignores=[])
+
+
 def _parser_defaults(tree: ast.Module) -> list[ast.expr]:
     """The `default` argument of every call to one of config.py's parsers (a module function with a
     parameter named `default`: _bool, _str, _int, _duration, _choice, _rate, _positive_int, _origins)."""
@@ -167,7 +199,7 @@ def _parser_defaults(tree: ast.Module) -> list[ast.expr]:
 
 
 def test_every_parser_default_is_read_from_the_dataclass_and_never_written_as_a_literal() -> None:
-    tree = ast.parse(CONFIG_PY.read_text(encoding="utf-8"))
+    tree = _config_tree()
     # _DEFAULT, local names that hold a part of it (le_default = _DEFAULT.leader_election), and a parser's
     # own `default` handed on to another (_positive_int calls _int).
     aliases = {"_DEFAULT", "default"} | {t.id for n in ast.walk(tree) if isinstance(n, ast.Assign)
@@ -181,9 +213,9 @@ def test_every_parser_default_is_read_from_the_dataclass_and_never_written_as_a_
     assert literal == []
 
 
-def test_no_default_value_is_written_a_second_time_in_config_pys_code() -> None:
+def test_no_default_value_is_written_a_second_time_in_the_code_of_config_py_or_configenv_py() -> None:
     """`or "kuberhealthy"`, `_int(raw, "historyLength", 24)`: a field's default written again in a function."""
-    tree = ast.parse(CONFIG_PY.read_text(encoding="utf-8"))
+    tree = _config_tree()
     wanted = {v for v in _declared_defaults(Config).values()
               if isinstance(v, (int, float, str)) and not isinstance(v, bool) and v not in (0, "")}
     compared = {id(c) for n in ast.walk(tree) if isinstance(n, ast.Compare) for c in n.comparators}  # == "warn"
@@ -199,6 +231,8 @@ def test_no_default_value_is_written_a_second_time_in_config_pys_code() -> None:
             if not isinstance(value, bool) and value in wanted:
                 written.append(f"{func.name}: {ast.unparse(node)}")
     assert 24 in wanted and "kuberhealthy" in wanted  # the walk sees the defaults
+    functions = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+    assert {"from_mapping", "with_env", "reporting_urls", "pod_identity"} <= functions  # and both modules
     assert written == []
 
 

@@ -8,6 +8,7 @@ their deadline on real sockets: tests/integration/test_answer_writes.py.
 """
 from __future__ import annotations
 
+import selectors
 import socket
 import time
 from collections.abc import Iterator
@@ -258,6 +259,9 @@ class ClosableSocket(FakeSocket):
     def close(self) -> None:
         self.closed = True
 
+    def fileno(self) -> int:
+        return -1 if self.closed else 99
+
 
 @pytest.fixture
 def worker() -> Iterator[Any]:
@@ -270,7 +274,7 @@ def worker() -> Iterator[Any]:
 
 def admit(w: Any, source: str) -> ClosableSocket:
     sock = ClosableSocket()
-    w._admit(sock, (source, 1000), ("127.0.0.1", 8080))
+    w._admit(Conn(sock, (source, 1000), ("127.0.0.1", 8080), time.monotonic()))  # type: ignore[arg-type]
     return sock
 
 
@@ -339,3 +343,77 @@ def test_a_request_parsed_with_the_frozen_settings_is_the_one_parsed_with_the_co
     head = b"GET /x?y=1 HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: 10.0.0.1\r\nAccept: */*\r\n\r\n"
     a, b = (next(buffer_parser(cfg, head, ("127.0.0.1", 9))) for cfg in (CFG, httpworker.FrozenSettings(CFG)))
     assert (a.method, a.uri, a.headers, a.scheme, a.version) == (b.method, b.uri, b.headers, b.scheme, b.version)
+
+
+class ScriptedConn(Conn):
+    """A connection whose reads follow a script: each step is (bytes or None, readiness it asks for next,
+    why the client is refused or None), as a TLS connection's reads go (httptls.TLSConn)."""
+
+    tls = True
+
+    def __init__(self, sock: ClosableSocket, steps: list[tuple[bytes | None, int, str | None]]) -> None:
+        super().__init__(sock, ("127.0.0.7", 1000), ("127.0.0.1", 8443), time.monotonic())  # type: ignore[arg-type]
+        self.state = State.HANDSHAKE
+        self.steps = steps
+        self.half_closed = False
+
+    def recv(self, size: int = 65536) -> bytes | None:
+        data, self.events, self.refused = self.steps.pop(0)
+        if data is not None and self.state is State.HANDSHAKE:
+            self.state = State.HEAD
+        return data
+
+    def half_close(self) -> bool:
+        self.half_closed = True
+        return True
+
+
+class ModifyingPoller(FakePoller):
+    def __init__(self) -> None:
+        super().__init__()
+        self.modified: list[int] = []
+
+    def modify(self, sock: Any, events: int, data: Any) -> None:
+        self.modified.append(events)
+
+
+def test_a_tls_connection_that_must_write_to_read_on_is_watched_for_writing_then_for_reading(worker: Any) -> None:
+    worker.poller = ModifyingPoller()
+    worker.tls_cfg = CFG
+    c = ScriptedConn(ClosableSocket(), [(None, selectors.EVENT_WRITE, None), (None, selectors.EVENT_READ, None),
+                                        (b"GET / HTTP/1.1\r\nHost: x\r\n", selectors.EVENT_READ, None)])
+    worker._admit(c)
+    for _ in range(3):
+        worker._readable(c, c.sock)
+    assert worker.poller.modified == [selectors.EVENT_WRITE, selectors.EVENT_READ]
+    assert (c.state, bytes(c.data)) == (State.HEAD, b"GET / HTTP/1.1\r\nHost: x\r\n")
+
+
+def test_a_connection_still_in_its_tls_handshake_at_the_deadline_is_closed_as_a_slow_head(worker: Any) -> None:
+    sock = ClosableSocket()
+    worker._admit(ScriptedConn(sock, []))
+    before = worker.metrics.closed.labels("head-deadline")._value.get()
+    worker._expire(time.monotonic() + HEAD_DEADLINE + 0.1)
+    assert sock.closed and not worker.conns
+    assert worker.metrics.closed.labels("head-deadline")._value.get() == before + 1
+
+
+def test_a_client_that_broke_tls_is_counted_and_lingers_so_the_alert_reaches_it(worker: Any) -> None:
+    worker.poller = ModifyingPoller()
+    sock = ClosableSocket()
+    c = ScriptedConn(sock, [(b"", selectors.EVENT_WRITE, "TLS: WRONG_VERSION_NUMBER")])
+    worker._admit(c)
+    before = worker.metrics.closed.labels("tls-handshake")._value.get()
+    worker._readable(c, sock)
+    assert (c.state, c.events, c.half_closed, sock.closed) == (State.LINGER, selectors.EVENT_READ, True, False)
+    assert worker.metrics.closed.labels("tls-handshake")._value.get() == before + 1
+
+
+def test_a_client_that_closes_during_its_handshake_is_an_ordinary_close(worker: Any) -> None:
+    sock = ClosableSocket()
+    c = ScriptedConn(sock, [(b"", selectors.EVENT_READ, None)])
+    worker._admit(c)
+    before = worker.metrics.closed.labels("tls-handshake")._value.get()
+    worker._readable(c, sock)
+    assert sock.closed and not worker.conns
+    assert worker.metrics.closed.labels("tls-handshake")._value.get() == before
