@@ -1,6 +1,8 @@
 """Command line: parse flags, load and validate config, set up logging, run the server; or, as
 `kuberhealthy stop-release`, stop a release's daemons before `helm uninstall` (daemon/stoprelease.py); or, as
-`kuberhealthy check-service`, the chart's `helm test` (daemon/checkservice.py).
+`kuberhealthy check-service`, the chart's `helm test` (daemon/checkservice.py); or, as `kuberhealthy migrate
+to-v3|from-v3`, khcheck and khjob manifests turned into v3's HealthCheck manifests and back
+(records/v3manifests.py).
 
 The only module that exits the process. A bad config value or an unusable kubeconfig is one line on
 stderr naming the key, and exit code 2; nothing half-starts.
@@ -10,6 +12,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from pathlib import Path
 
 from kuberhealthy import __version__
 from kuberhealthy.base.config import DEFAULT_CONFIG_PATH, Config, load
@@ -18,10 +21,15 @@ from kuberhealthy.daemon import checkservice
 from kuberhealthy.daemon.server import serve
 from kuberhealthy.daemon.stoprelease import stop_release
 from kuberhealthy.kube import Kube, Resources
+from kuberhealthy.records import v3manifests
 
 EXIT_CONFIG = 2
+EXIT_NOTHING = 1  # migrate: the input held nothing to convert
 STOP_RELEASE = "stop-release"
 CHECK_SERVICE = "check-service"
+MIGRATE = "migrate"
+TO_V3 = "to-v3"
+FROM_V3 = "from-v3"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -36,7 +44,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                "CHECK_REAPER_RUN_INTERVAL, KUBECONFIG (when not running in a pod). "
                f"Subcommands: `kuberhealthy {STOP_RELEASE} --help`: stop a release's daemons before an "
                f"uninstall; `kuberhealthy {CHECK_SERVICE} --help`: check a release's Service answers "
-               "(the chart's `helm test`).")
+               "(the chart's `helm test`); "
+               f"`kuberhealthy {MIGRATE} --help`: turn khcheck and khjob manifests into v3's HealthCheck "
+               "manifests and back.")
     p.add_argument("-c", "--config", metavar="FILE", default=None,
                    help=f"YAML config file (default {DEFAULT_CONFIG_PATH}; a missing default file means "
                         "all defaults)")
@@ -133,12 +143,58 @@ def check_service_main(argv: list[str]) -> int:
     return 0 if outcome.ok else 1
 
 
+def parse_migrate_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog=f"kuberhealthy {MIGRATE}",
+        description="Move manifests between v2's kinds (KuberhealthyCheck, KuberhealthyJob) and v3's HealthCheck, "
+                    "offline: multi-document YAML in (a file, or - for stdin; a `kubectl get -o yaml` List too), "
+                    "multi-document YAML out on stdout. Nothing is lost and nothing added: what the other side has "
+                    "no place for is named on stderr and carried in an annotation that the way back consumes. "
+                    "Objects of other kinds are left out and named on stderr. Exits 0 (converted), 1 (nothing "
+                    "to convert) or 2 (bad arguments, unreadable input, invalid YAML, an object that cannot be "
+                    "converted; nothing is written).")
+    sub = p.add_subparsers(dest="direction", required=True, metavar="{to-v3,from-v3}")
+    for name, what in ((TO_V3, "khchecks and khjobs to HealthChecks (a khjob becomes singleRunOnly: true)"),
+                       (FROM_V3, "HealthChecks to khchecks, or khjobs where singleRunOnly is true")):
+        s = sub.add_parser(name, help=what, description=f"Turn {what}.")
+        s.add_argument("file", metavar="FILE", nargs="?", default="-",
+                       help="the manifests to convert (default -: stdin)")
+    return p.parse_args(argv)
+
+
+def migrate_main(argv: list[str]) -> int:
+    args = parse_migrate_args(argv)
+    prog = f"kuberhealthy {MIGRATE} {args.direction}"
+    try:
+        text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        print(f"{prog}: error: cannot read {args.file}: {e}", file=sys.stderr)
+        return EXIT_CONFIG
+    convert = v3manifests.to_v3 if args.direction == TO_V3 else v3manifests.from_v3
+    try:
+        result = convert(text)
+    except v3manifests.ManifestError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return EXIT_CONFIG
+    for note in result.notes:
+        print(f"{prog}: {note}", file=sys.stderr)
+    if not result.objects:
+        wanted = "khcheck or khjob" if args.direction == TO_V3 else "HealthCheck"
+        print(f"{prog}: nothing to convert: no {wanted} in the input", file=sys.stderr)
+        return EXIT_NOTHING
+    sys.stdout.write(result.text())
+    sys.stdout.flush()
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == [STOP_RELEASE]:
         return stop_release_main(argv[1:])
     if argv[:1] == [CHECK_SERVICE]:
         return check_service_main(argv[1:])
+    if argv[:1] == [MIGRATE]:
+        return migrate_main(argv[1:])
     args = parse_args(argv)
     setup_logging("debug" if args.debug else "info")  # so warnings while loading the config are formatted
     try:
@@ -152,7 +208,11 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"kuberhealthy: error: {e}", file=sys.stderr)
         return EXIT_CONFIG
-    return serve(config, args.kubeconfig, args.config)
+    try:
+        return serve(config, args.kubeconfig, args.config)
+    except ConfigError as e:  # the TLS files, loaded before anything starts
+        print(f"kuberhealthy: error: {e}", file=sys.stderr)
+        return EXIT_CONFIG
 
 
 if __name__ == "__main__":

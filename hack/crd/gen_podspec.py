@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Generate the validating parts of the khcheck and khjob CRDs (helm/kuberhealthy/crds/).
+"""Generate the validating parts of the khcheck, khjob and HealthCheck CRDs (helm/kuberhealthy/crds/).
 
-`spec.podSpec` gets core/v1 PodSpec's schema from kubernetes-validate's bundled Kubernetes 1.37 schemas,
-converted to what a 1.20 API server accepts as a structural schema:
+`spec.podSpec` (a HealthCheck's `spec.podSpec.spec`) gets core/v1 PodSpec's schema from kubernetes-validate's
+bundled Kubernetes 1.37 schemas, converted to what a 1.20 API server accepts as a structural schema:
   - `type: [X, "null"]` becomes `type: X` + `nullable: true`;
   - IntOrString and Quantity (a `oneOf` of string and integer/number) become `x-kubernetes-int-or-string`;
   - `$ref`s are resolved inline (a recursive one, if Kubernetes ever grows one, stops at MAX_DEPTH as an
@@ -14,12 +14,14 @@ converted to what a 1.20 API server accepts as a structural schema:
     `env` and `hostAliases` (duplicates accepted) become plain lists;
   - every object node keeps unknown fields (`x-kubernetes-preserve-unknown-fields` beside its properties),
     so a field a newer cluster's pods have is never pruned; only fields this schema knows are checked.
-`spec.runInterval` (khcheck) and `spec.timeout` get a `pattern` accepting exactly what the daemon's
+A HealthCheck's PodSpec also needs at least one container (`minItems: 1`): v3's own CRD takes an empty
+list, but no pod can be made of it.
+`spec.runInterval` (khcheck, HealthCheck) and `spec.timeout` get a `pattern` accepting exactly what the daemon's
 duration parser (kuberhealthy/base/durations.py) accepts, and "" (the daemon's "use the default"). The
 pattern's digit and space classes are found by asking the parser about every candidate character. They
 are nullable too: "" means the default, and some API server builds decode "" in custom resources as null.
 
-Everything else in the two files is left as it is: the generated blocks are spliced in place of the
+Everything else in the three files is left as it is: the generated blocks are spliced in place of the
 old ones. Deterministic (keys in a fixed order, no YAML anchors).
 
   python hack/crd/gen_podspec.py            # print the khcheck CRD as it would be written
@@ -48,6 +50,7 @@ from kuberhealthy.base.durations import parse_duration  # noqa: E402 (the checko
 CRD_DIR = REPO / "helm" / "kuberhealthy" / "crds"
 KHCHECKS = CRD_DIR / "comcast.github.io_khchecks.yaml"
 KHJOBS = CRD_DIR / "comcast.github.io_khjobs.yaml"
+HEALTHCHECKS = CRD_DIR / "kuberhealthy.github.io_healthchecks.yaml"
 KUBERNETES = "v1.37.0-local"  # kubernetes-validate's directory of 1.37's schemas (not "-strict")
 POD_SPEC = "io.k8s.api.core.v1.PodSpec"
 INT_OR_STRING = {"io.k8s.apimachinery.pkg.util.intstr.IntOrString", "io.k8s.apimachinery.pkg.api.resource.Quantity"}
@@ -61,10 +64,12 @@ DUPLICATES_ACCEPTED = {("io.k8s.api.core.v1.Container", "env"), ("io.k8s.api.cor
                        (POD_SPEC, "hostAliases")}
 PODSPEC_DESCRIPTION = ("A core/v1 PodSpec for the checker pod (Kubernetes 1.37's schema: fields it does not"
                        " know are kept, not checked). At least one container; every container needs an image.")
+HC_PODSPEC_DESCRIPTION = ("The checker pod's core/v1 PodSpec (Kubernetes 1.37's schema: fields it does not know are"
+                          " kept, not checked). At least one container.")
 UNITS = ("ns", "us", "µs", "μs", "ms", "s", "m", "h")  # durations.py's; the unit test holds them equal
-KEY_ORDER = ("type", "nullable", "format", "x-kubernetes-int-or-string", "x-kubernetes-preserve-unknown-fields",
-             "x-kubernetes-list-type", "x-kubernetes-list-map-keys", "x-kubernetes-map-type", "required",
-             "properties", "items", "additionalProperties")
+KEY_ORDER = ("type", "nullable", "format", "minItems", "x-kubernetes-int-or-string",
+             "x-kubernetes-preserve-unknown-fields", "x-kubernetes-list-type", "x-kubernetes-list-map-keys",
+             "x-kubernetes-map-type", "required", "properties", "items", "additionalProperties")
 
 
 def definitions() -> dict[str, Any]:
@@ -158,6 +163,15 @@ def pod_spec_schema() -> dict[str, Any]:
             **{k: v for k, v in schema.items() if k != "type"}}
 
 
+def health_check_pod_spec(pod_spec: dict[str, Any]) -> dict[str, Any]:
+    """A HealthCheck's `podSpec.spec`: the khcheck's PodSpec schema, with at least one container."""
+    out = copy.deepcopy(pod_spec)
+    out["description"] = HC_PODSPEC_DESCRIPTION
+    containers = {**out["properties"]["containers"], "minItems": 1}
+    out["properties"]["containers"] = {k: containers[k] for k in KEY_ORDER if k in containers}
+    return out
+
+
 # --- durations ---------------------------------------------------------------------------------------------
 
 def _accepts(text: str) -> bool:
@@ -235,14 +249,22 @@ def _block(lines: list[str], key: str, indent: int) -> tuple[int, int]:
     return start, end
 
 
-def render(path: Path, durations: tuple[str, ...], pod_spec: dict[str, Any], pattern: str) -> str:
+def render(path: Path, durations: tuple[str, ...], pod_spec: dict[str, Any], pattern: str,
+           inner: tuple[str, ...] = ()) -> str:
+    """`pod_spec` replaces the `podSpec` block, or the block `inner` names below it (each key one level
+    deeper: ("properties", "spec") for a HealthCheck's podSpec.spec)."""
     lines = path.read_text().splitlines()
     heads = [line for line in lines if line.strip() == "podSpec:"]
     if len(heads) != 1:
         raise SystemExit(f"{path}: expected one podSpec")
     indent = len(heads[0]) - len(heads[0].lstrip())
     start, end = _block(lines, "podSpec", indent)
-    lines[start:end] = _dump("podSpec", pod_spec, indent)
+    key, at = "podSpec", indent
+    for key in inner:
+        at += 2
+        first, last = _block(lines[start:end], key, at)
+        start, end = start + first, start + last
+    lines[start:end] = _dump(key, pod_spec, at)
     for key in durations:
         start, end = _block(lines, key, indent)
         old = yaml.safe_load("\n".join(line[indent:] for line in lines[start:end]))[key]
@@ -255,7 +277,9 @@ def render(path: Path, durations: tuple[str, ...], pod_spec: dict[str, Any], pat
 def generated() -> dict[Path, str]:
     pod_spec, pattern = pod_spec_schema(), duration_pattern()
     return {KHCHECKS: render(KHCHECKS, ("runInterval", "timeout"), pod_spec, pattern),
-            KHJOBS: render(KHJOBS, ("timeout",), pod_spec, pattern)}
+            KHJOBS: render(KHJOBS, ("timeout",), pod_spec, pattern),
+            HEALTHCHECKS: render(HEALTHCHECKS, ("runInterval", "timeout"), health_check_pod_spec(pod_spec), pattern,
+                                 inner=("properties", "spec"))}
 
 
 def main(argv: list[str] | None = None) -> int:

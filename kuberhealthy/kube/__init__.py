@@ -6,6 +6,7 @@ from kuberhealthy.kube.reflector import Reflector, Selection, Storage, key_of
 from kuberhealthy.kube.resources import (
     DEPLOYMENTS,
     EVENTS,
+    HEALTHCHECKS,
     KHCHECKS,
     KHJOBS,
     KHSTATES,
@@ -20,6 +21,7 @@ from kuberhealthy.kube.resources import (
 __all__ = [
     "DEPLOYMENTS",
     "EVENTS",
+    "HEALTHCHECKS",
     "KHCHECKS",
     "KHJOBS",
     "KHSTATES",

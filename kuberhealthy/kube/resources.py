@@ -5,11 +5,12 @@ Objects are plain dicts in their wire form.
 """
 from __future__ import annotations
 
+import builtins
 import logging
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,12 +66,42 @@ class Resource:
 KHCHECKS = Resource("khchecks", GROUP)
 KHSTATES = Resource("khstates", GROUP)
 KHJOBS = Resource("khjobs", GROUP)
+HEALTHCHECKS = Resource("healthchecks", "kuberhealthy.github.io", "v2")  # Kuberhealthy v3's one CRD
 PODS = Resource("pods")
 LEASES = Resource("leases", "coordination.k8s.io")
 EVENTS = Resource("events")
 TOKENREVIEWS = Resource("tokenreviews", "authentication.k8s.io", namespaced=False)
 DEPLOYMENTS = Resource("deployments", "apps")  # only for stopping a release before uninstall
 FOREIGN = "foreign"  # evict_pod: the pod under that name is not the one meant (its uid differs); left alone
+
+
+class PodLogFollow:
+    """One followed container log (Resources.follow_pod_log): its lines, each with its newline, as they
+    arrive, until the log ends or `deadline` (monotonic) passes; close() ends it from any thread.
+
+    Each read waits at most the whole bound (the stream's read timeout), so a log that stays quiet
+    ends the stream no later than twice the bound. Lines come as the watch reader splits them: a
+    blank line is not passed on. A stream that breaks ends the iteration quietly: what was read is
+    what the caller has."""
+
+    def __init__(self, raw: Any, deadline: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self._raw = raw
+        self._deadline = deadline
+        self._clock = clock
+
+    def __iter__(self) -> Iterator[bytes]:
+        try:
+            for line in Kube.iter_lines(self._raw):
+                yield line + b"\n"
+                if self._clock() >= self._deadline:
+                    return
+        except ApiError as e:  # a read timeout at the bound, or a broken stream
+            logger.debug("A followed pod log ended: %s", e)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        Kube.shutdown_stream(self._raw)
 
 
 class Resources:
@@ -110,6 +141,30 @@ class Resources:
             if not meta.get("continue"):
                 return items, str(meta.get("resourceVersion") or "")
             query["continue"] = meta["continue"]
+
+    def list_bounded(self, res: Resource, namespace: str | None = None, label_selector: str | None = None,
+                     field_selector: str | None = None, max_items: int = 500,
+                     timeout: float = READ_TIMEOUT) -> tuple[builtins.list[Obj], bool]:
+        """At most `max_items` objects (the first ones in the API server's order: by name) in pages of at
+        most 500, every page within one `timeout` in all; and whether that was all of them."""
+        items: builtins.list[Obj] = []
+        query: dict[str, Any] = {}
+        if label_selector:
+            query["labelSelector"] = label_selector
+        if field_selector:
+            query["fieldSelector"] = field_selector
+        deadline = time.monotonic() + timeout
+        while True:
+            query["limit"] = max(1, min(500, max_items - len(items)))
+            doc = self.kube.request("GET", res.path(namespace), query=query,
+                                    timeout=max(0.1, deadline - time.monotonic()))
+            items.extend(doc.get("items") or [])
+            token = (doc.get("metadata") or {}).get("continue")
+            if not token:
+                return items[:max_items], True
+            if len(items) >= max_items or deadline - time.monotonic() < 0.1:
+                return items[:max_items], False
+            query["continue"] = token
 
     def create(self, res: Resource, namespace: str, body: Obj, timeout: float = READ_TIMEOUT,
                dry_run: bool = False) -> Obj:
@@ -154,6 +209,17 @@ class Resources:
             if len(data) < limit_bytes or lines <= 1 or deadline - time.monotonic() < 0.1:
                 return data.decode("utf-8", "replace")
             lines //= 2
+
+    def follow_pod_log(self, namespace: str, name: str, container: str | None, limit_bytes: int,
+                       seconds: float) -> PodLogFollow:
+        """A container's log from its start, followed as it grows (pods/log with follow): open when this
+        returns (ApiError raised here: the pod or container unknown, not started, the API away). It ends
+        when the container ends, after `limit_bytes` (the kubelet stops there), or at `seconds`."""
+        query: dict[str, str | int] = {"follow": "true", "limitBytes": limit_bytes}
+        if container:
+            query["container"] = container
+        raw = self.kube.open_stream(PODS.path(namespace, name, "log"), query, read_timeout=seconds)
+        return PodLogFollow(raw, time.monotonic() + seconds)
 
     def delete(self, res: Resource, namespace: str, name: str, grace_seconds: int | None = None,
                uid: str | None = None, timeout: float = READ_TIMEOUT) -> bool:

@@ -19,7 +19,7 @@ from kuberhealthy.checkclient import ENV_REPORTING_URL as KH_REPORTING_URL
 from kuberhealthy.checkclient import ENV_RUN_UUID as KH_RUN_UUID
 from kuberhealthy.checkclient import ENV_TOKEN_FILE as KH_REPORT_TOKEN_FILE
 from kuberhealthy.kube.reflector import Storage
-from kuberhealthy.records.checkspec import CheckSpec
+from kuberhealthy.records.checkspec import KIND_HEALTHCHECK, CheckSpec
 
 RUN_ID_LABEL = "kuberhealthy-run-id"
 CHECK_NAME_LABEL = "kuberhealthy-check-name"
@@ -27,6 +27,11 @@ APP_LABEL = "app"
 APP_LABEL_VALUE = "kuberhealthy-check"
 CHECK_POD_SELECTOR = f"{APP_LABEL}={APP_LABEL_VALUE}"  # every checker pod, whichever check
 CHECK_NAME_ANNOTATION = "comcast.github.io/check-name"
+# A HealthCheck's checker pod also carries what Kuberhealthy v3 puts on its pods, so v3's tools find it.
+V3_CHECK_LABEL = "healthcheck"  # label: the HealthCheck's name
+V3_RUN_UUID = "kh-run-uuid"  # label and annotation: the run's uuid
+V3_CREATED_BY = "createdBy"  # annotation: "kuberhealthy"
+V3_CHECK_NAME_ANNOTATION = "kuberhealthyCheckName"  # annotation: the HealthCheck's name
 # A secret of the run, on its pod only; the run's khstate claim holds its SHA-256 (khstate.RUN_KEY_SHA256).
 RUN_KEY_ANNOTATION = "kuberhealthy.comcast.github.io/run-key"
 # The env names checkers read are checkclient's (it is standalone).
@@ -110,10 +115,15 @@ def build_pod(check: CheckSpec, run_uuid: str, unix_now: float, reporting_url: s
         mounts = [m for m in container.get("volumeMounts") or []
                   if m.get("name") != TOKEN_VOLUME and m.get("mountPath") != TOKEN_DIR]
         container["volumeMounts"] = [*mounts, dict(mount)]
-    labels = dict(check.extra_labels)
+    # The check author's first (a HealthCheck's podSpec.metadata, then extraLabels/extraAnnotations),
+    # ours last: the names Kuberhealthy finds its pods by are never the author's to change.
+    labels = {**dict(check.pod_labels), **dict(check.extra_labels)}
     labels.update({RUN_ID_LABEL: run_uuid, CHECK_NAME_LABEL: check.name, APP_LABEL: APP_LABEL_VALUE})
-    annotations = dict(check.extra_annotations)
+    annotations = {**dict(check.pod_annotations), **dict(check.extra_annotations)}
     annotations[CHECK_NAME_ANNOTATION] = check.name
+    if check.kind == KIND_HEALTHCHECK:
+        labels.update({V3_CHECK_LABEL: check.name, V3_RUN_UUID: run_uuid})
+        annotations.update({V3_RUN_UUID: run_uuid, V3_CREATED_BY: "kuberhealthy", V3_CHECK_NAME_ANNOTATION: check.name})
     annotations.pop(RUN_KEY_ANNOTATION, None)  # never the check author's
     if run_key:
         annotations[RUN_KEY_ANNOTATION] = run_key

@@ -1,7 +1,9 @@
-"""A khcheck or khjob parsed into what a run needs, with v2's defaults and fallbacks.
+"""A khcheck, khjob or HealthCheck parsed into what a run needs, with each kind's defaults.
 
-Pure: no API access. A bad runInterval falls back to the default with an error logged (as v2 did);
-a bad timeout likewise. Comparing two CheckSpecs tells the controller whether a check must restart.
+Pure: no API access. A khcheck's bad runInterval falls back to the default with an error logged (as v2
+did); a bad timeout likewise. A HealthCheck (Kuberhealthy v3's kind) is stricter: a value that cannot
+be read is a SpecProblem naming the field, and the check does not run until it is fixed. Comparing two
+CheckSpecs tells the controller whether a check must restart.
 """
 from __future__ import annotations
 
@@ -17,6 +19,17 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_RUN_INTERVAL = 600.0  # seconds (10m)
 DEFAULT_TIMEOUT = 300.0  # seconds (5m)
+KIND_KHCHECK = "khcheck"  # a khcheck or khjob (comcast.github.io/v1), state in its khstate
+KIND_HEALTHCHECK = "healthcheck"  # a HealthCheck (kuberhealthy.github.io/v2), state in its status
+
+
+class SpecProblem(ValueError):
+    """A HealthCheck field that cannot be run with; str(e) names the field and says why."""
+
+    def __init__(self, field_path: str, why: str) -> None:
+        super().__init__(f"{field_path}: {why}")
+        self.field = field_path
+        self.why = why
 
 
 def _duration_or(value: Any, default: float, what: str, key: str) -> float:
@@ -52,6 +65,10 @@ class CheckSpec:
     extra_annotations: tuple[tuple[str, str], ...] = ()
     workload: str = WORKLOAD_CHECK
     uid: str = ""  # the khcheck's (or khjob's) uid: Events name it; a re-created check is a new check
+    kind: str = KIND_KHCHECK
+    pod_labels: tuple[tuple[str, str], ...] = ()  # a HealthCheck's podSpec.metadata.labels
+    pod_annotations: tuple[tuple[str, str], ...] = ()  # a HealthCheck's podSpec.metadata.annotations
+    single_run_only: bool = False  # a HealthCheck that runs once after creation and never again
 
     @property
     def key(self) -> str:
@@ -83,6 +100,59 @@ class CheckSpec:
     @classmethod
     def of_job(cls, obj: dict[str, Any]) -> CheckSpec:
         return cls.of(obj, WORKLOAD_JOB)
+
+    @classmethod
+    def of_healthcheck(cls, obj: dict[str, Any], default_run_interval: float, default_timeout: float) -> CheckSpec:
+        """A HealthCheck as v3 reads it: `podSpec.spec` is the pod's spec, `podSpec.metadata` its labels and
+        annotations, an unset (or empty) runInterval or timeout takes the given default. Raises
+        SpecProblem for a value v3 could not run with either, naming the field."""
+        meta = obj.get("metadata") or {}
+        spec = obj.get("spec")
+        if not isinstance(spec, dict):
+            raise SpecProblem("spec", "missing")
+        pod = spec.get("podSpec")
+        if not isinstance(pod, dict) or not isinstance(pod.get("spec"), dict):
+            raise SpecProblem("spec.podSpec.spec", "missing: the checker pod's spec goes there")
+        pod_meta = pod.get("metadata")
+        if pod_meta is not None and not isinstance(pod_meta, dict):
+            raise SpecProblem("spec.podSpec.metadata", "not an object")
+        single = spec.get("singleRunOnly")
+        if single is not None and not isinstance(single, bool):
+            raise SpecProblem("spec.singleRunOnly", f"{single!r} is not true or false")
+        return cls(
+            namespace=str(meta.get("namespace") or ""),
+            name=str(meta.get("name") or ""),
+            run_interval=_strict_duration(spec.get("runInterval"), default_run_interval, "spec.runInterval"),
+            timeout=_strict_duration(spec.get("timeout"), default_timeout, "spec.timeout"),
+            pod_spec_json=json.dumps(pod["spec"], sort_keys=True),
+            extra_labels=_strict_map(spec.get("extraLabels"), "spec.extraLabels"),
+            extra_annotations=_strict_map(spec.get("extraAnnotations"), "spec.extraAnnotations"),
+            uid=str(meta.get("uid") or ""),
+            kind=KIND_HEALTHCHECK,
+            pod_labels=_strict_map((pod_meta or {}).get("labels"), "spec.podSpec.metadata.labels"),
+            pod_annotations=_strict_map((pod_meta or {}).get("annotations"), "spec.podSpec.metadata.annotations"),
+            single_run_only=single is True,
+        )
+
+
+def _strict_duration(value: Any, default: float, field_path: str) -> float:
+    if value in (None, ""):
+        return default
+    try:
+        seconds = parse_duration(str(value))
+    except ValueError:
+        raise SpecProblem(field_path, f"{value!r} is not a duration (e.g. 30s, 5m, 1h)") from None
+    if seconds <= 0:
+        raise SpecProblem(field_path, f"{value!r} must be more than zero")
+    return seconds
+
+
+def _strict_map(value: Any, field_path: str) -> tuple[tuple[str, str], ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise SpecProblem(field_path, "not a map of strings to strings")
+    return tuple(sorted(value.items()))
 
 
 def validate_pod_spec(pod_spec: dict[str, Any]) -> str | None:

@@ -237,11 +237,21 @@ def claim_run(w: RunWrite, *, hint: Obj | None = None, run_pod: str = "", run_ke
     return out
 
 
+def was_run(obj: Obj | None, run_uuid: str) -> bool:
+    """Whether the khstate knows `run_uuid` as one of its check's runs that is over: the last finished
+    run, or a run in its history."""
+    if obj is None or not run_uuid:
+        return False
+    history = (obj.get("spec") or {}).get("history")
+    return finished_uuid(obj) == run_uuid or (isinstance(history, list) and any(
+        isinstance(e, dict) and e.get("uuid") == run_uuid for e in history))
+
+
 def record_report(w: RunWrite, ok: bool, errors: list[str], *, now: dt.datetime | None = None,
                   hint: Obj | None = None, binding: TokenBinding | None = None) -> Obj:
     """Store a checker pod's report. Writes nothing and raises StaleReport if w.run_uuid is not the current
-    run, RunFinished if that run is over, TokenBound if the check is bound to tokens and `binding` says
-    the report came without one.
+    run, RunFinished (a StaleReport) if that run is over or was an earlier run of the check, TokenBound if
+    the check is bound to tokens and `binding` says the report came without one.
 
     `binding` (None: the workload's generation is unknown, nothing about tokens is decided or written):
     a token report binds the check at binding.generation; a tokenless one clears a binding of another
@@ -257,6 +267,8 @@ def record_report(w: RunWrite, ok: bool, errors: list[str], *, now: dt.datetime 
 
     def mutate(current: Obj | None) -> Obj | None:
         if current is None or Spec.of(current).uuid != run_uuid:
+            if was_run(current, run_uuid):
+                raise RunFinished(f"run {run_uuid} of {namespace}/{name} is over")
             raise StaleReport(f"run {run_uuid} of {namespace}/{name} is not the current run")
         if finished_uuid(current) == run_uuid:
             raise RunFinished(f"run {run_uuid} of {namespace}/{name} is over")

@@ -9,7 +9,6 @@ from typing import Any
 import yaml
 
 from testbed.cluster.apiserver import TestCluster
-from testbed.cluster.builders import API_VERSION
 from testbed.paths import CRD_DIR
 
 
@@ -31,9 +30,10 @@ def install_crds(cluster: TestCluster, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     for crd in load_crds():
         plural = crd["spec"]["names"]["plural"]
+        served = next(v["name"] for v in crd["spec"]["versions"] if v.get("served", True))
         while True:
             try:
-                cluster.request("GET", f"/apis/{API_VERSION}/{plural}")
+                cluster.request("GET", f"/apis/{crd['spec']['group']}/{served}/{plural}")
                 break
             except urllib.error.HTTPError as e:
                 if e.code != 404 or time.monotonic() > deadline:

@@ -1,5 +1,5 @@
 """docs/interface.md#custom-resources: the three custom resources as the API server serves them (from the chart's
-CRD files)."""
+CRD files), and Kuberhealthy v3's HealthCheck beside them."""
 from __future__ import annotations
 
 import json
@@ -16,6 +16,11 @@ from testbed.cluster.builders import GROUP, khc, khcheck, khj, khjob, khs, khsta
 from testbed.cluster.objects import create_namespace
 from testbed.paths import CRD_DIR
 
+V3_GROUP = "kuberhealthy.github.io"
+V3_STATUS = {"ok": "boolean", "errors": "array", "consecutiveFailures": "integer", "runDuration": "integer",
+             "namespace": "string", "currentUUID": "string", "lastRunUnix": "integer", "successCount": "integer",
+             "failureCount": "integer", "lastOKUnix": "integer", "lastFailureUnix": "integer",
+             "additionalMetadata": "string"}
 EXPECTED = {
     "khchecks": ("KuberhealthyCheck", "khc", ["runInterval", "timeout", "podSpec", "extraLabels", "extraAnnotations"]),
     "khstates": ("KuberhealthyState", "khs", ["OK", "Errors", "RunDuration", "Namespace", "Node", "LastRun",
@@ -34,13 +39,13 @@ def v1(obj: dict[str, Any]) -> dict[str, Any]:
     return versions[0]
 
 
-def test_the_chart_ships_the_three_crds_as_yaml() -> None:
+def test_the_chart_ships_the_three_crds_and_v3_s_healthchecks_as_yaml() -> None:
     found: dict[str, str] = {}
     for path in sorted(Path(CRD_DIR).glob("*.yaml")):
         for doc in yaml.safe_load_all(path.read_text()):
             if doc and doc.get("kind") == "CustomResourceDefinition":
                 found[doc["spec"]["names"]["plural"]] = doc["spec"]["group"]
-    assert found == {p: GROUP for p in EXPECTED}
+    assert found == {**{p: GROUP for p in EXPECTED}, "healthchecks": V3_GROUP}
 
 
 @pytest.mark.parametrize("plural", list(EXPECTED))
@@ -113,3 +118,38 @@ def test_resources_keep_every_contract_field_through_the_api(cluster: TestCluste
           "LastRun": "2024-05-01T10:00:00Z", "AuthoritativePod": "kh-0", "uuid": "3f1c"}
     got = cluster.request("POST", khs(ns), khstate("keeps", **st))["spec"]
     assert got == st
+
+
+def test_healthchecks_are_served_as_v3_names_them_with_v3_s_spec_and_status_fields(cluster: TestCluster) -> None:
+    obj = cluster.request("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/healthchecks.{V3_GROUP}")
+    names = obj["spec"]["names"]
+    assert obj["spec"]["scope"] == "Namespaced"
+    assert (names["kind"], names["plural"], names["singular"]) == ("HealthCheck", "healthchecks", "healthcheck")
+    assert "hc" in names.get("shortNames", [])
+    (ver,) = [v for v in obj["spec"]["versions"] if v["name"] == "v2"]
+    assert ver["served"] is True and ver["storage"] is True and "status" in ver.get("subresources", {})
+    schema = ver["schema"]["openAPIV3Schema"]["properties"]
+    spec = schema["spec"]["properties"]
+    assert {"singleRunOnly", "runInterval", "timeout", "extraAnnotations", "extraLabels", "podSpec"} <= set(spec)
+    assert {"metadata", "spec"} <= set(spec["podSpec"]["properties"])
+    status = schema["status"]["properties"]
+    assert {k: status[k]["type"] for k in V3_STATUS} == V3_STATUS
+    assert status["runDuration"]["format"] == "int64"  # nanoseconds, as Go's time.Duration
+
+
+def test_a_healthcheck_keeps_its_spec_and_its_status_through_the_api(cluster: TestCluster) -> None:
+    ns = create_namespace(cluster, "ccrd")
+    path = f"/apis/{V3_GROUP}/v2/namespaces/{ns}/healthchecks"
+    spec = {"singleRunOnly": False, "runInterval": "90s", "timeout": "30s", "extraLabels": {"a": "b"},
+            "extraAnnotations": {"c": "d"},
+            "podSpec": {"metadata": {"labels": {"e": "f"}, "annotations": {"g": "h"}},
+                        "spec": {"containers": [{"name": "main", "image": "i", "command": ["/bin/true"]}],
+                                 "restartPolicy": "Never"}}}
+    created = cluster.request("POST", path, {"apiVersion": f"{V3_GROUP}/v2", "kind": "HealthCheck",
+                                             "metadata": {"name": "keep"}, "spec": spec})
+    assert created["spec"] == spec
+    status = {"ok": True, "errors": [], "consecutiveFailures": 0, "runDuration": 1500000000, "namespace": ns,
+              "currentUUID": "", "lastRunUnix": 1714557600, "successCount": 1, "failureCount": 0,
+              "lastOKUnix": 1714557601, "lastFailureUnix": 0, "additionalMetadata": ""}
+    created["status"] = status
+    assert cluster.request("PUT", f"{path}/keep/status", created)["status"] == status

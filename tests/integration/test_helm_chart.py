@@ -33,6 +33,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from kuberhealthy.base import config as kh_config
+from kuberhealthy.base.errors import ConfigError
 from kuberhealthy.kube import KHCHECKS, KHJOBS, KHSTATES
 from kuberhealthy.records import checkpod
 from testbed.cluster.apiserver import TestCluster
@@ -108,6 +109,10 @@ VARIATIONS = {
     "network policy with namespaces and node addresses": (
         "networkPolicy.enabled=true", "networkPolicy.allowedNamespaces={monitoring,ingress-nginx}",
         "networkPolicy.allowedCIDRs={10.0.0.0/24,fd00::/64}", "config.trustedOrigins={https://kh.example.com}"),
+    "https listener from a secret, v3 metrics and check defaults": (
+        "tls.secretName=kh-tls", "tls.port=8443", "config.metricsStyle=v3", "checkReaper.logLevel=trace",
+        "config.healthCheckDefaults.runInterval=5m", "config.healthCheckDefaults.timeout=1m",
+        "config.promMetricsConfig.labelAllowlist={team,severity}", "config.promMetricsConfig.labelValueMaxLength=64"),
 }
 
 
@@ -333,6 +338,71 @@ def test_force_master_with_several_replicas_is_refused(helm: Helm) -> None:
     assert "enableForceMaster" in proc.stderr
 
 
+def test_v3s_settings_reach_the_config_file_and_the_daemon_reads_them(helm: Helm) -> None:
+    objs = helm.template(*VARIATIONS["https listener from a secret, v3 metrics and check defaults"])
+    cfg = config_file(objs)
+    env = {e["name"]: e["value"] for e in _container(objs)["env"] if "value" in e}
+    loaded = kh_config.from_mapping(cfg, environ={"POD_NAMESPACE": "monitoring", **env})
+    assert loaded.metrics_style == "v3"
+    assert loaded.log_level == "debug"  # v3's trace is our debug
+    assert (loaded.healthcheck_run_interval, loaded.healthcheck_timeout) == (300, 60)
+    assert loaded.prom_metrics.label_allowlist == ("team", "severity")
+    assert loaded.prom_metrics.label_value_max_length == 64
+    defaults = kh_config.from_mapping(config_file(helm.template()), environ={"POD_NAMESPACE": "monitoring"})
+    assert defaults == kh_config.from_mapping({}, environ={"POD_NAMESPACE": "monitoring",
+                                                            "POD_NAME": defaults.pod_name})
+
+
+def test_the_https_listener_is_off_by_default_and_a_secret_turns_it_on_end_to_end(helm: Helm) -> None:
+    off = helm.template()
+    assert [p["name"] for p in _container(off)["ports"]] == ["http"]
+    assert [p["name"] for p in one(off, "Service", "kuberhealthy")["spec"]["ports"]] == ["http"]
+    assert not {"KH_TLS_CERT_FILE", "KH_TLS_KEY_FILE"} & {e["name"] for e in _container(off)["env"]}
+
+    on = helm.template("tls.secretName=kh-tls")
+    pod = one(on, "Deployment", "kuberhealthy")["spec"]["template"]["spec"]
+    container = _container(on)
+    assert {"name": "https", "containerPort": 8443, "protocol": "TCP"} in container["ports"]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "tls"]
+    assert volume["secret"]["secretName"] == "kh-tls"
+    assert {i["key"] for i in volume["secret"]["items"]} == {"tls.crt", "tls.key"}
+    assert volume["secret"]["defaultMode"] == 0o440  # the pod's group (fsGroup) reads it, nobody else
+    assert {"name": "tls", "mountPath": "/etc/tls", "readOnly": True} in container["volumeMounts"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert (env["KH_TLS_CERT_FILE"], env["KH_TLS_KEY_FILE"]) == ("/etc/tls/tls.crt", "/etc/tls/tls.key")
+    assert {"name": "https", "port": 443, "targetPort": "https", "protocol": "TCP"} in \
+        one(on, "Service", "kuberhealthy")["spec"]["ports"]
+    # The daemon, given the rendered file and env, listens for HTTPS on the container port the Service targets.
+    loaded = kh_config.from_mapping(config_file(on), environ={"POD_NAMESPACE": "monitoring", **env})
+    assert (loaded.tls_cert_file, loaded.tls_key_file) == ("/etc/tls/tls.crt", "/etc/tls/tls.key")
+    assert loaded.listen_tls_port == 8443 and loaded.listen_port == 8080
+
+    moved = helm.template("tls.secretName=kh-tls", "tls.port=8443")
+    assert [p["port"] for p in one(moved, "Service", "kuberhealthy")["spec"]["ports"]] == [80, 8443]
+    # Files of the user's own volume, named in config, open the same ports without the chart's volume.
+    own = helm.template("config.tlsCertFile=/etc/ssl/kh/tls.crt", "config.tlsKeyFile=/etc/ssl/kh/tls.key")
+    assert [p["name"] for p in _container(own)["ports"]] == ["http", "https"]
+    assert [p["name"] for p in one(own, "Service", "kuberhealthy")["spec"]["ports"]] == ["http", "https"]
+    own_pod = one(own, "Deployment", "kuberhealthy")["spec"]["template"]["spec"]
+    assert "tls" not in {v["name"] for v in own_pod["volumes"]}
+
+
+def test_https_values_that_contradict_each_other_are_refused(helm: Helm) -> None:
+    assert "leave them empty" in _refused(helm, "--set", "tls.secretName=kh-tls",
+                                          "--set", "config.tlsCertFile=/etc/ssl/kh/tls.crt")
+    assert "tls.port and service.externalPort are both 80" in _refused(
+        helm, "--set", "tls.secretName=kh-tls", "--set", "tls.port=80")
+    assert 'the volume name "tls" is the chart\'s own' in _refused(
+        helm, "--set", "tls.secretName=kh-tls", "--set", "deployment.extraVolumes[0].name=tls",
+        "--set", "deployment.extraVolumes[0].emptyDir.medium=Memory")
+    helm.template("deployment.extraVolumes[0].name=tls", "deployment.extraVolumes[0].emptyDir.medium=Memory")
+    assert "listenAddressTLS" in _refused(helm, "--set", "config.listenAddressTLS=:9443")  # the container port
+    assert "secretName" in _refused(helm, "--set", "tls.secretName=Not_A_Name")
+    env = {e["name"]: e for e in _container(helm.template(
+        "tls.secretName=kh-tls", "deployment.env.KH_TLS_CERT_FILE=/elsewhere"))["env"]}
+    assert env["KH_TLS_CERT_FILE"]["value"] == "/etc/tls/tls.crt"  # the chart's own, as the pod identity
+
+
 def test_a_bad_duration_is_refused_by_the_values_schema(helm: Helm) -> None:
     proc = helm.run("template", "kh", str(CHART), "--set-string", "checkReaper.maxKHJobAge=15 minutes", check=False)
     assert proc.returncode != 0
@@ -368,8 +438,21 @@ DAEMON_CHECK_RULES = {
     "/pods": {"get", "list", "watch", "create", "delete"},
     "/pods/eviction": {"create"},
     "/pods/log": {"get"},  # a failed checker's log tail for its history entry
-    "/events": {"create", "patch"},  # Events on khchecks and khjobs, repeats counted by a patch
+    "/events": {"create", "patch", "list"},  # Events on checks, repeats counted by a patch; a check's listed
+    # for GET /api/events
+    # HealthChecks: watched; metadata patched (run-now annotation, run binding where the CRD prunes the
+    # status's, v3's finalizer); state written through the status subresource. Never created or deleted.
+    "kuberhealthy.github.io/healthchecks": {"get", "list", "watch", "patch"},
+    "kuberhealthy.github.io/healthchecks/status": {"get", "update", "patch"},
 }
+LEASE_RULES = [
+    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": ["kuberhealthy"],
+     "verbs": ["get", "list", "watch", "update"]},
+    # v3's Lease: read only (while v3's controller holds it, no HealthCheck runs here)
+    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": ["kuberhealthy-controller"],
+     "verbs": ["get"]},
+]
 TOKEN_REVIEW_RULES = {"authentication.k8s.io/tokenreviews": {"create"}}
 
 
@@ -386,11 +469,7 @@ def test_by_default_the_daemon_gets_exactly_its_check_rules_cluster_wide(helm: H
     (rb,) = bound_to_daemon(objs, "RoleBinding")
     lease_role = one(objs, "Role", rb["roleRef"]["name"])
     assert lease_role["metadata"]["namespace"] == "monitoring"
-    assert _rules_by_resource(lease_role) == {"coordination.k8s.io/leases": {"create", "get", "list", "watch",
-                                                                             "update"}}
-    named = [r for r in lease_role["rules"] if r.get("resourceNames")]
-    assert named == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
-                      "resourceNames": ["kuberhealthy"], "verbs": ["get", "list", "watch", "update"]}]
+    assert lease_role["rules"] == LEASE_RULES
 
 
 def test_with_a_target_namespace_the_daemon_gets_a_role_there_and_a_cluster_role_only_for_token_reviews(
@@ -406,7 +485,7 @@ def test_with_a_target_namespace_the_daemon_gets_a_role_there_and_a_cluster_role
     # In its own namespace only its Lease (it reads its own pod only when checks run beside it).
     own = [r for r in find(objs, "Role") if r["metadata"]["namespace"] == "monitoring"
            and r["metadata"]["name"] == bindings["monitoring"]["roleRef"]["name"]]
-    assert _rules_by_resource(own[0]) == {"coordination.k8s.io/leases": {"create", "get", "list", "watch", "update"}}
+    assert own[0]["rules"] == LEASE_RULES
     # The bundled checks follow the daemon into the target namespace.
     assert {c["metadata"]["namespace"] for c in find(objs, "KuberhealthyCheck")} == {"apps"}
     assert config_file(objs)["targetNamespace"] == "apps"
@@ -513,10 +592,11 @@ def test_a_network_policy_value_that_is_no_cidr_or_no_key_is_refused_by_the_valu
         assert proc.returncode != 0 and "networkPolicy" in proc.stderr, bad
 
 
-def test_include_crds_renders_the_three_crds(helm: Helm) -> None:
+def test_include_crds_renders_the_three_v2_crds_and_v3_s_healthchecks(helm: Helm) -> None:
     crds = find(helm.template(extra=("--include-crds",)), "CustomResourceDefinition")
     assert {c["metadata"]["name"] for c in crds} == {
-        "khchecks.comcast.github.io", "khstates.comcast.github.io", "khjobs.comcast.github.io"}
+        "khchecks.comcast.github.io", "khstates.comcast.github.io", "khjobs.comcast.github.io",
+        "healthchecks.kuberhealthy.github.io"}
     assert find(helm.template(), "CustomResourceDefinition") == []
 
 
@@ -590,25 +670,98 @@ def test_the_schemas_config_keys_are_exactly_the_daemons_config_keys_with_their_
     assert list(config["properties"]) == sorted(kh_config._KNOWN_KEYS, key=list(config["properties"]).index)
     assert set(config["properties"]) == kh_config._KNOWN_KEYS
     assert config == _chart_schema_module().config_schema(), "run: python hack/chart_schema.py"
-    assert config["properties"]["logLevel"]["enum"] == [*kh_config.LOG_LEVELS, "warn"]
+    assert config["properties"]["logLevel"]["enum"] == [*kh_config.LOG_LEVELS, *kh_config.V3_LOG_LEVELS]
     assert config["properties"]["reportAuth"]["enum"] == list(kh_config.REPORT_AUTHS)
+    assert config["properties"]["metricsStyle"]["enum"] == list(kh_config.METRICS_STYLES)
     assert set(config["properties"]["leaderElection"]["properties"]) == {
         "leaseName", "leaseDuration", "renewDeadline", "retryPeriod"}
+    assert list(config["properties"]["promMetricsConfig"]["properties"]) == [
+        "suppressErrorLabel", "errorLabelMaxLength", "labelAllowlist", "labelDenylist", "labelValueMaxLength"]
+    assert list(config["properties"]["healthCheckDefaults"]["properties"]) == ["runInterval", "timeout"]
+    assert config["properties"]["listenAddressTLS"]["enum"] == [":8443"]  # the chart's https container port
+
+
+def _with_keys(source: str, *keys: str) -> str:
+    """config.py's source with more keys at the end of _KNOWN_KEYS."""
+    added = re.sub(r"(_KNOWN_KEYS = \{[^}]*?),?\n\}", lambda m: m[1] + ", " + ", ".join(f'"{k}"' for k in keys)
+                   + ",\n}", source, count=1)
+    assert added != source
+    return added
 
 
 def test_the_generator_follows_a_new_config_key_and_stops_on_one_it_cannot_type() -> None:
     gen = _chart_schema_module()
     source = (REPO / "kuberhealthy" / "base" / "config.py").read_text(encoding="utf-8")
-    added = source.replace('"trustedOrigins",\n}', '"trustedOrigins", "pausedLimit", "newFlag",\n}', 1)
-    assert added != source
-    calls = '    _duration(raw, "pausedLimit", 1.0)\n    _bool(raw, "newFlag", False)\n'
+    added = _with_keys(source, "pausedLimit", "newFlag", "adminAddress", "teamLabels", "probes")
+    calls = ('    _duration(raw, "pausedLimit", 1.0)\n    _bool(raw, "newFlag", False)\n'
+             '    _address(raw, "adminAddress", ":9090")\n    _labels(raw, "teamLabels", (), "")\n'
+             '    pr_raw, q = _section(raw, "probes", "every, grace"), "probes."\n'
+             '    _duration(pr_raw, "every", 1.0, q)\n    _int(pr_raw, "grace", 1, q)\n')
     added = added.replace("    return Config(\n", calls + "    return Config(\n", 1)
     props = gen.config_schema(added)["properties"]
     assert props["newFlag"] == {"type": "boolean"}
     assert props["pausedLimit"]["pattern"] == gen.DURATION["pattern"]
-    untyped = source.replace('"trustedOrigins",\n}', '"trustedOrigins", "mystery",\n}', 1)
+    assert props["adminAddress"] == gen.ADDRESS
+    assert props["teamLabels"] == props["promMetricsConfig"]["properties"]["labelAllowlist"]
+    assert props["probes"] == {"type": "object", "additionalProperties": False, "properties": {
+        "every": gen.DURATION, "grace": {"type": "integer", "minimum": 0}}}
+    untyped = _with_keys(source, "mystery")
     with pytest.raises(SystemExit, match="mystery"):
         gen.config_schema(untyped)
+
+
+def test_the_generator_takes_log_levels_from_the_check_and_the_aliases_looked_up_first() -> None:
+    gen = _chart_schema_module()
+    source = (REPO / "kuberhealthy" / "base" / "config.py").read_text(encoding="utf-8")
+    more = re.sub(r"V3_LOG_LEVELS = \{", 'V3_LOG_LEVELS = {"critical": "error", ', source, count=1)
+    assert more != source
+    assert gen.config_schema(more)["properties"]["logLevel"]["enum"] == [
+        *kh_config.LOG_LEVELS, "critical", *kh_config.V3_LOG_LEVELS]
+
+
+def _schema_accepts(schema: dict[str, Any], value: Any) -> bool:
+    try:
+        jsonschema.validate(value, schema)
+    except jsonschema.ValidationError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("value", [
+    ":8080", "0.0.0.0:8443", "[::1]:8443", "[::]:0", "localhost:65535", ":00080", "::1:8080",
+    "8080", ":", ":65536", ":99999", "[::1]8080", "host:port", ":-1"])
+def test_listen_addresses_are_refused_by_the_schema_exactly_when_the_daemon_refuses_them(value: str) -> None:
+    try:
+        kh_config.parse_listen_address(value)
+        daemon_accepts = True
+    except ValueError:
+        daemon_accepts = False
+    assert _schema_accepts(_chart_schema_module().ADDRESS, value) is daemon_accepts
+
+
+@pytest.mark.parametrize("value", [
+    ["team", "severity"], [], "team,severity", "team, severity ,", "", "_x1", None,
+    ["a-b"], "a-b", "1st", ["team", 1], "team;tier", {"team": True}])
+def test_label_lists_are_refused_by_the_schema_exactly_when_the_daemon_refuses_them(value: Any) -> None:
+    schema = SCHEMA["properties"]["config"]["properties"]["promMetricsConfig"]["properties"]["labelAllowlist"]
+    try:
+        kh_config.from_mapping({"promMetricsConfig": {"labelAllowlist": value}}, environ={})
+        daemon_accepts = True
+    except ConfigError:
+        daemon_accepts = False
+    assert _schema_accepts(schema, value) is daemon_accepts
+
+
+@pytest.mark.parametrize("level", [*kh_config.LOG_LEVELS, *kh_config.V3_LOG_LEVELS, "critical", "INFO"])
+def test_check_reaper_log_level_takes_the_daemons_levels_and_v3s_spellings(helm: Helm, level: str) -> None:
+    try:
+        kh_config.from_mapping({"logLevel": level}, environ={})
+        daemon_accepts = True
+    except ConfigError:
+        daemon_accepts = False
+    proc = helm.run("template", "kh", str(CHART), "--set", f"checkReaper.logLevel={level}", check=False)
+    # The schema is stricter than the daemon about case: the chart's values are written in lower case.
+    assert (proc.returncode == 0) is (daemon_accepts and level == level.lower()), proc.stderr
 
 
 @pytest.mark.parametrize(("value", "good"), [
@@ -622,7 +775,7 @@ def test_config_durations_are_refused_by_the_schema_exactly_when_the_daemon_refu
     daemon_accepts = True
     try:
         kh_config.from_mapping({"stateReaperInterval": value}, environ={})
-    except kh_config.ConfigError:
+    except ConfigError:
         daemon_accepts = False
     assert daemon_accepts is good
 
@@ -1264,7 +1417,8 @@ def test_the_service_account_can_annotate_khchecks_read_checker_logs_raise_event
         for verb in ("create", "patch"):
             assert api.can(verb, "events", "", installed.other)
         assert api.can("create", "tokenreviews", "authentication.k8s.io")
-        assert not api.can("get", "events", "", installed.other)  # Events are written, never read
+        assert api.can("list", "events", "", installed.other)  # a check's Events, for GET /api/events
+        assert not api.can("get", "events", "", installed.other)  # never one by name
     finally:
         delete_quietly(cluster, khc(installed.other, "annotated"))
 

@@ -1,8 +1,10 @@
 """The CRDs as hack/crd/gen_podspec.py generates them: current with the generator, small enough for
 client-side apply, a PodSpec schema a 1.20 API server takes as structural and that prunes nothing, and a
-duration pattern that accepts exactly what the daemon's parser accepts.
+duration pattern that accepts exactly what the daemon's parser accepts. The HealthCheck CRD (Kuberhealthy
+v3's API) carries the same PodSpec under podSpec.spec, v3's status fields with v3's types, and ours.
 
-(That the API server installs them and judges with them as described: tests/integration/test_crds.py.)"""
+(That the API server installs them and judges with them as described: tests/integration/test_crds.py and
+tests/integration/test_healthcheck_crd.py.)"""
 from __future__ import annotations
 
 import functools
@@ -26,6 +28,8 @@ from testbed.paths import CRD_DIR, REPO
 
 GEN = REPO / "hack" / "crd" / "gen_podspec.py"
 ANNOTATION_ROOM = 200 * 1024  # client-side apply stores the whole object as JSON in one annotation (256 KiB max)
+FILES = {"khchecks": "comcast.github.io_khchecks.yaml", "khjobs": "comcast.github.io_khjobs.yaml",
+         "khstates": "comcast.github.io_khstates.yaml", "healthchecks": "kuberhealthy.github.io_healthchecks.yaml"}
 
 
 def _load_gen() -> ModuleType:
@@ -47,12 +51,18 @@ def crd(name: str) -> dict[str, Any]:
 @functools.lru_cache
 def _crd_json(name: str) -> str:
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    return json.dumps(yaml.load((CRD_DIR / f"comcast.github.io_{name}.yaml").read_text(), Loader=loader))
+    return json.dumps(yaml.load((CRD_DIR / FILES[name]).read_text(), Loader=loader))
 
 
-def spec_properties(name: str) -> dict[str, Any]:
+def spec_properties(name: str, part: str = "spec") -> dict[str, Any]:
     schema = crd(name)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
-    return dict(schema["properties"]["spec"]["properties"])
+    return dict(schema["properties"][part]["properties"])
+
+
+def pod_spec(name: str) -> dict[str, Any]:
+    """The PodSpec schema: a khcheck's or khjob's spec.podSpec, a HealthCheck's spec.podSpec.spec."""
+    node = spec_properties(name)["podSpec"]
+    return dict(node["properties"]["spec"]) if name == "healthchecks" else dict(node)
 
 
 def nodes(schema: dict[str, Any], path: str = "podSpec") -> Iterator[tuple[str, dict[str, Any]]]:
@@ -96,7 +106,7 @@ def test_the_crd_files_are_exactly_what_the_generator_writes(monkeypatch: pytest
 
 
 def test_the_check_mode_fails_when_a_crd_file_differs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    for attr in ("KHCHECKS", "KHJOBS"):
+    for attr in ("KHCHECKS", "KHJOBS", "HEALTHCHECKS"):
         original: Path = getattr(gen, attr)
         copy = tmp_path / original.name
         copy.write_text(original.read_text().replace("x-kubernetes-int-or-string: true", "type: string", 1))
@@ -105,7 +115,7 @@ def test_the_check_mode_fails_when_a_crd_file_differs(tmp_path: Path, monkeypatc
     assert gen.main(["--check"]) == 1
 
 
-@pytest.mark.parametrize("name", ["khchecks", "khjobs", "khstates"])
+@pytest.mark.parametrize("name", list(FILES))
 def test_every_crd_fits_in_the_last_applied_annotation_of_client_side_apply(name: str) -> None:
     size = len(_crd_json(name))  # with spaces; kubectl writes it compact: this is an upper bound
     assert size < ANNOTATION_ROOM, f"{name}: {size} bytes of JSON"
@@ -113,13 +123,13 @@ def test_every_crd_fits_in_the_last_applied_annotation_of_client_side_apply(name
 
 # --- the PodSpec schema ---------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", ["khchecks", "khjobs"])
+@pytest.mark.parametrize("name", ["khchecks", "khjobs", "healthchecks"])
 def test_the_pod_spec_schema_is_structural_for_a_1_20_api_server_and_prunes_nothing(name: str) -> None:
-    pod_spec = spec_properties(name)["podSpec"]
-    assert pod_spec["x-kubernetes-preserve-unknown-fields"] is True and "containers" in pod_spec["properties"]
-    assert pod_spec["required"] == ["containers"]
+    schema = pod_spec(name)
+    assert schema["x-kubernetes-preserve-unknown-fields"] is True and "containers" in schema["properties"]
+    assert schema["required"] == ["containers"]
     seen = 0
-    for path, node in nodes(pod_spec):
+    for path, node in nodes(schema):
         seen += 1
         assert not {"$ref", "oneOf", "anyOf", "allOf", "x-kubernetes-patch-strategy", "x-kubernetes-patch-merge-key",
                     "x-kubernetes-unions", "x-kubernetes-group-version-kind"} & set(node), path
@@ -137,6 +147,54 @@ def test_the_pod_spec_schema_is_structural_for_a_1_20_api_server_and_prunes_noth
         assert node.get("x-kubernetes-list-type") in (None, "atomic", "map"), path
         assert node.get("format") in (None, *gen.FORMATS_1_20), path
     assert seen > 1000  # the whole PodSpec, not a stub
+
+
+def test_a_healthcheck_carries_the_khcheck_s_pod_spec_under_pod_spec_spec_with_at_least_one_container() -> None:
+    check, health = pod_spec("khchecks"), pod_spec("healthchecks")
+    assert health["properties"]["containers"].pop("minItems") == 1
+    assert "minItems" not in check["properties"]["containers"]  # a khcheck keeps what v2 took
+    assert {**health, "description": ""} == {**check, "description": ""}
+    wrapper = spec_properties("healthchecks")["podSpec"]
+    assert wrapper["required"] == ["spec"] and set(wrapper["properties"]) == {"metadata", "spec"}
+    metadata = wrapper["properties"]["metadata"]
+    assert "x-kubernetes-preserve-unknown-fields" not in metadata  # as v3's: other keys are dropped
+    for key in ("labels", "annotations"):
+        assert metadata["properties"][key] == {"type": "object", "additionalProperties": {"type": "string"}}
+
+
+def test_a_healthcheck_spec_has_v3_s_fields_and_needs_a_pod_spec() -> None:
+    props = spec_properties("healthchecks")
+    assert set(props) == {"singleRunOnly", "runInterval", "timeout", "extraAnnotations", "extraLabels", "podSpec"}
+    assert props["singleRunOnly"]["type"] == "boolean"
+    for key in ("extraAnnotations", "extraLabels"):
+        assert props[key]["additionalProperties"] == {"type": "string"}
+    schema = crd("healthchecks")["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    assert schema["required"] == ["spec"] and schema["properties"]["spec"]["required"] == ["podSpec"]
+
+
+V3_STATUS = {"ok": ("boolean", None), "errors": ("array", None), "consecutiveFailures": ("integer", None),
+             "runDuration": ("integer", "int64"), "namespace": ("string", None), "currentUUID": ("string", None),
+             "lastRunUnix": ("integer", "int64"), "successCount": ("integer", None),
+             "failureCount": ("integer", None), "lastOKUnix": ("integer", "int64"),
+             "lastFailureUnix": ("integer", "int64"), "additionalMetadata": ("string", None)}
+OUR_STATUS = {"node": "string", "history": "array", "runBinding": "object", "tokenBinding": "object"}
+
+
+def test_a_healthcheck_status_has_v3_s_fields_with_v3_s_types_then_ours_and_requires_none() -> None:
+    status = spec_properties("healthchecks", "status")
+    assert {k: (status[k]["type"], status[k].get("format")) for k in V3_STATUS} == V3_STATUS
+    assert status["errors"]["items"] == {"type": "string"}
+    assert {k: v["type"] for k, v in status.items() if k not in V3_STATUS} == OUR_STATUS
+    history_item = status["history"]["items"]
+    assert set(history_item["properties"]) == set(spec_properties("khstates")["history"]["items"]["properties"])
+    assert history_item["x-kubernetes-preserve-unknown-fields"] is True
+    assert set(status["runBinding"]["properties"]) == {"uuid", "pod", "keySha256", "authoritativePod", "reportedUUID",
+                                                       "finishedUUID"}
+    generation = status["tokenBinding"]["properties"]["generation"]
+    assert (generation["type"], generation["format"], generation["minimum"]) == ("integer", "int64", 0)
+    schema = crd("healthchecks")["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    assert "required" not in schema["properties"]["status"]
+    assert crd("healthchecks")["spec"]["versions"][0]["subresources"] == {"status": {}}
 
 
 def test_the_quantities_and_int_or_strings_are_int_or_string_and_the_lists_users_repeat_keys_in_are_plain() -> None:
@@ -165,9 +223,9 @@ def test_the_khcheck_and_khjob_carry_the_same_pod_spec_schema_and_keep_their_oth
 # --- printer columns ------------------------------------------------------------------------------------
 
 def test_only_the_long_error_column_waits_for_wide_output() -> None:
-    for name in ("khchecks", "khjobs", "khstates"):
+    for name in FILES:
         for column in crd(name)["spec"]["versions"][0]["additionalPrinterColumns"]:
-            long = name == "khstates" and column["name"] == "Error"
+            long = (name, column["name"]) in (("khstates", "Error"), ("healthchecks", "ErrorMessage"))
             assert column.get("priority", 0) == (1 if long else 0), (name, column["name"])
 
 
@@ -177,6 +235,8 @@ def test_the_duration_fields_carry_the_generated_pattern() -> None:
     assert spec_properties("khchecks")["runInterval"]["pattern"] == PATTERN
     assert spec_properties("khchecks")["timeout"]["pattern"] == PATTERN
     assert spec_properties("khjobs")["timeout"]["pattern"] == PATTERN
+    assert spec_properties("healthchecks")["runInterval"]["pattern"] == PATTERN
+    assert spec_properties("healthchecks")["timeout"]["pattern"] == PATTERN
 
 
 EDGES = [

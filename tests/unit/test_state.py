@@ -12,7 +12,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kuberhealthy.records.khstate import FINISHED_UUID, RUN_POD
+from kuberhealthy.records.khstate import FINISHED_UUID, RUN_POD, was_run
 from kuberhealthy.web.gojson import go_json_string, go_time, is_blank, valid_text
 from kuberhealthy.web.status.page import StatusCache, details_of, render, summarize
 from testbed.cluster.builders import khstate as khstate_body
@@ -290,3 +290,13 @@ def test_the_page_never_shows_the_uuid_of_a_run_in_flight_only_the_last_finished
     assert json.loads(page)["CheckDetails"]["aa/c"]["uuid"] == "previous-run"
     assert json.loads(page)["CheckDetails"]["aa/d"]["uuid"] == ""
     assert json.loads(page)["CheckDetails"]["aa/e"]["uuid"] == "done-run"
+
+
+def test_a_khstate_knows_its_last_finished_run_and_the_runs_in_its_history_as_runs_that_are_over() -> None:
+    body = khstate_body("probe", uuid="current")
+    body["metadata"]["annotations"] = {FINISHED_UUID: "last"}
+    body["spec"]["history"] = [{"uuid": "older"}, "not an entry", {"uuid": ""}]
+    assert was_run(body, "last") and was_run(body, "older")
+    assert not was_run(body, "never") and not was_run(body, "") and not was_run(None, "last")
+    body["spec"]["history"] = "nonsense"
+    assert was_run(body, "last") and not was_run(body, "older")

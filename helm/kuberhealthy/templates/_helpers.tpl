@@ -170,7 +170,7 @@ env:
   verbs: [get]
 - apiGroups: [""]
   resources: [events]
-  verbs: [create, patch]
+  verbs: [create, patch, list]
 {{- end -}}
 
 {{/* Bundled checks live where the daemon looks for checks: targetNamespace, else the release namespace. */}}
