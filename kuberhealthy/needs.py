@@ -15,6 +15,7 @@ This module holds no behaviour.
 from __future__ import annotations
 
 import builtins
+from collections.abc import Iterator
 from typing import Protocol
 
 from kuberhealthy.base.config import Config
@@ -39,6 +40,14 @@ class Part(Protocol):
     def join(self, timeout: float | None = None) -> None: ...
 
     def supervised_by(self, deaths: Deaths) -> None: ...
+
+
+class LogFollow(Protocol):
+    """A followed container log (kube.PodLogFollow): its lines as they arrive, until it ends."""
+
+    def __iter__(self) -> Iterator[bytes]: ...
+
+    def close(self) -> None: ...
 
 
 class HeldView(Protocol):
@@ -148,6 +157,8 @@ class WebNeeds(Basics, Catalog, Protocol):
 
     def current_master(self) -> str: ...
 
+    def is_leader(self) -> bool: ...
+
     def cache_status(self) -> builtins.list[CacheState]: ...
 
     def influx_points_dropped(self) -> int: ...
@@ -159,6 +170,12 @@ class WebNeeds(Basics, Catalog, Protocol):
     def read_checker_pod(self, namespace: str, name: str, timeout: float) -> Obj | None: ...
 
     def read_khstate(self, namespace: str, name: str, timeout: float) -> Obj | None: ...
+
+    def read_check_events(self, namespace: str, kind: str, name: str, limit: int,
+                          timeout: float) -> builtins.list[Obj]: ...
+
+    def follow_pod_log(self, namespace: str, pod: str, container: str | None, limit_bytes: int,
+                       seconds: float) -> LogFollow: ...
 
 
 class HeldWriter(HeldView, Protocol):

@@ -20,7 +20,20 @@ from kuberhealthy.base.threads import Deaths
 from kuberhealthy.control.controller import Controller
 from kuberhealthy.control.leader import Candidacy, ForcedLeader, LeaderElector
 from kuberhealthy.control.reaper import CheckReaper, StateReaper
-from kuberhealthy.kube import KHCHECKS, KHJOBS, KHSTATES, LEASES, PODS, Kube, Obj, Reflector, Resources, Selection
+from kuberhealthy.kube import (
+    EVENTS,
+    KHCHECKS,
+    KHJOBS,
+    KHSTATES,
+    LEASES,
+    PODS,
+    Kube,
+    Obj,
+    Reflector,
+    Resources,
+    Selection,
+)
+from kuberhealthy.kube.resources import PodLogFollow
 from kuberhealthy.needs import CacheState, Part
 from kuberhealthy.outputs.events import EventRecorder
 from kuberhealthy.outputs.heldreports import HeldReports
@@ -167,6 +180,19 @@ class Services:
             return self.resources.get(KHSTATES, namespace, name, timeout=timeout)
         except NotFound:
             return None
+
+    def read_check_events(self, namespace: str, kind: str, name: str, limit: int, timeout: float) -> list[Obj]:
+        """One bounded read of the Events about one check (`kind`: its involvedObject kind): at most
+        `limit`, the first ones by name (an Event's name ends in its time), within `timeout` in all."""
+        selector = f"involvedObject.kind={kind},involvedObject.name={name}"
+        items, _ = self.resources.list_bounded(EVENTS, namespace, field_selector=selector, max_items=limit,
+                                               timeout=timeout)
+        return items
+
+    def follow_pod_log(self, namespace: str, pod: str, container: str | None, limit_bytes: int,
+                       seconds: float) -> PodLogFollow:
+        """A checker pod's log, followed: at most `limit_bytes`, for at most `seconds` (kube.PodLogFollow)."""
+        return self.resources.follow_pod_log(namespace, pod, container, limit_bytes, seconds)
 
     def influx_points_dropped(self) -> int:
         """InfluxDB points given up on since start, by this forwarder and the ones it replaced."""

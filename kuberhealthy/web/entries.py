@@ -12,6 +12,9 @@ lets a stranger report: docs/interface.md#report-authenticity). `nextRun` is Las
 schedule follows it). A paused check (records/pause.py) shows `paused: {until, reason}` (null when not
 paused, and for jobs) and its `nextRun` is the pause's end, when it runs at once.
 
+Beside each entry (not in its JSON) go the key `/` shows the check under and the check's labels of the
+`kuberhealthy.io/` prefix, which /metrics turns into metric labels (web/status/metrics.py).
+
 ViewCache keeps each entry and its JSON bytes, rebuilt only for the objects that changed (khcheck,
 khjob, khstate or a checker pod of that check): a page of 1,000 checks with full histories is not
 re-serialised per request; an entry whose pause ends is rebuilt by the first read after its end. What
@@ -22,8 +25,8 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from kuberhealthy.base.durations import parse_duration
@@ -39,6 +42,7 @@ CHECK = "check"
 JOB = "job"
 OK, FAILING, NEVER_RUN = "ok", "failing", "never-run"
 LIVE_PHASES = ("Pending", "Running")
+LABEL_PREFIX = "kuberhealthy.io/"  # a check's labels under this prefix are kept beside its entry
 
 View = dict[str, Any]
 
@@ -121,11 +125,20 @@ def sort_key(v: View) -> tuple[str, str, str]:
     return (v["namespace"], v["name"], v["kind"])
 
 
+def prefixed_labels(obj: Obj) -> dict[str, str]:
+    """The object's labels under LABEL_PREFIX (metrics and status pages read these; no other label is kept)."""
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    return {str(k): str(v) for k, v in labels.items() if str(k).startswith(LABEL_PREFIX)} \
+        if isinstance(labels, dict) else {}
+
+
 @dataclass
 class Built:
     version: tuple[str, str, str, bool, bool]  # (object rv, khstate rv, pods rv digest, expose_logs, paused)
     view: View
     body: bytes
+    key: str = ""  # "<ns>/<name>": what `/` shows the check under and /metrics labels it with
+    labels: Mapping[str, str] = field(default_factory=dict)  # prefixed_labels of the check or job
 
 
 class ViewCache:
@@ -207,7 +220,8 @@ class ViewCache:
             if old is not None and old.version == version and not all_dirty:
                 continue
             v = view(kind, obj, state, self._pods, now, expose)
-            fresh[(kind, key)] = Built(version, v, json.dumps(v, separators=(",", ":")).encode())
+            fresh[(kind, key)] = Built(version, v, json.dumps(v, separators=(",", ":")).encode(), key,
+                                       prefixed_labels(obj))
             if paused is not None:
                 with self._lock:
                     self._pause_ends[key] = paused.until

@@ -6,7 +6,7 @@ import datetime as dt
 import itertools
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from kuberhealthy.base.config import Config
@@ -14,7 +14,7 @@ from kuberhealthy.base.errors import NotFound
 from kuberhealthy.base.notify import Notifier
 from kuberhealthy.base.threads import Deaths
 from kuberhealthy.checkclient import ENV_RUN_UUID
-from kuberhealthy.kube import KHCHECKS, KHJOBS, KHSTATES, PODS, Obj, Resource
+from kuberhealthy.kube import EVENTS, KHCHECKS, KHJOBS, KHSTATES, PODS, Obj, Resource
 from kuberhealthy.needs import ResultSink
 from kuberhealthy.outputs.events import ObjectRef
 from kuberhealthy.outputs.heldreports import HeldReports
@@ -166,6 +166,20 @@ class FakeEvents:
 
 # --- services ----------------------------------------------------------------------------------------------
 
+class FakeLogFollow:
+    """A followed log (kube.PodLogFollow) over the fake API's `logs`: what the pod printed, then the end."""
+
+    def __init__(self, text: str) -> None:
+        self.lines = [line.encode() for line in text.splitlines(keepends=True)]
+        self.closed = False
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield from self.lines
+
+    def close(self) -> None:
+        self.closed = True
+
+
 class FakeServices:
     """What Runner, Controller, workers and create_app use on `services`, over FakeApi and FakeCaches."""
 
@@ -239,6 +253,16 @@ class FakeServices:
             return slim_pod(self.api.get(PODS, namespace, name, timeout=timeout))
         except NotFound:
             return None
+
+    def read_check_events(self, namespace: str, kind: str, name: str, limit: int, timeout: float) -> list[Obj]:
+        selector = f"involvedObject.kind={kind},involvedObject.name={name}"
+        items, _ = self.api.list(EVENTS, namespace, field_selector=selector, timeout=timeout)
+        return items[:limit]
+
+    def follow_pod_log(self, namespace: str, pod: str, container: str | None, limit_bytes: int,
+                       seconds: float) -> FakeLogFollow:
+        self.api.get(PODS, namespace, pod)
+        return FakeLogFollow(self.api.logs.get((namespace, pod), "")[:limit_bytes])
 
     def read_khstate(self, namespace: str, name: str, timeout: float) -> Obj | None:
         try:

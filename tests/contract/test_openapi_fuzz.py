@@ -28,6 +28,7 @@ from hypothesis.errors import Unsatisfiable
 
 from testbed.cluster.apiserver import TestCluster
 from testbed.cluster.builders import khc, khcheck, khs
+from testbed.cluster.objects import checker_pods
 from testbed.pytest_plugin import Daemons
 from testbed.sim.kubelet import SimKubelet
 from testbed.wait import wait_for
@@ -48,6 +49,7 @@ EXAMPLES = 30  # per operation and generation mode
 REPORT_EXAMPLES = 8  # per mode: each unknown caller costs the report handler's short wait for its pod
 
 
+V3_NAMED_BY_QUERY = ("/api/events", "/api/logs", "/api/logs/stream")  # reads of one check, named in the query
 ODD_FORMAT = "kh-odd-query"  # a generation hint only: the fuzz marks free-text query parameters with it
 ODD_PARTS = ["\u00b2", "\u2460", "\u0663", "\uff11", "-1", "+1", " 1", "1_0", "0x1f", "", "0", "9" * 400, "\x00",
              "\u00e9"]
@@ -92,10 +94,10 @@ def _settled(url: str, names: set[str]) -> bool:
 
 
 def _fuzz(operation: Any, mode: Any, url: str, session: requests.Session, statuses: set[int],
-          path: dict[str, str] | None = None) -> None:
-    """Up to _examples() requests for one operation in one generation mode (and with these path
-    parameters, if given), each answer validated."""
-    strategy = operation.as_strategy(generation_mode=mode, path_parameters=path)
+          path: dict[str, str] | None = None, query: dict[str, str] | None = None) -> None:
+    """Up to _examples() requests for one operation in one generation mode (and with these path and
+    query parameters, if given), each answer validated."""
+    strategy = operation.as_strategy(generation_mode=mode, path_parameters=path, query=query)
 
     @settings(max_examples=_examples(operation.path), deadline=None, database=None, derandomize=True,
               suppress_health_check=list(HealthCheck))
@@ -119,6 +121,7 @@ def test_every_generated_request_gets_a_documented_answer_and_rejected_ones_chan
     wait_for(lambda: _settled(daemon.url, {"fuzz-ok", "fuzz-fail"}), timeout=60, interval=0.2,
              what="both checks to have run once")
     states, annotations = _states(cluster, namespace), _annotations(cluster, namespace)
+    pods = {name: checker_pods(cluster, namespace, name)[-1]["metadata"]["name"] for name in ("fuzz-ok", "fuzz-fail")}
 
     served = requests.get(daemon.url + "/openapi.json", timeout=10).json()
     schema = schemathesis.openapi.from_dict(_odd_queries(served))
@@ -133,9 +136,18 @@ def test_every_generated_request_gets_a_documented_answer_and_rejected_ones_chan
             for name in ("fuzz-ok", "fuzz-fail"):
                 _fuzz(operation, GenerationMode.POSITIVE, daemon.url, session, statuses,
                       {"namespace": namespace, "name": name})
+        if operation.path in V3_NAMED_BY_QUERY:  # the real checks (and their pods), too
+            for name in ("fuzz-ok", "fuzz-fail"):
+                query = {"namespace": namespace, "healthcheck": name}
+                if operation.path.startswith("/api/logs"):
+                    query["pod"] = pods[name]
+                _fuzz(operation, GenerationMode.POSITIVE, daemon.url, session, statuses, query=query)
     assert 200 in answered["GET /api/checks/{namespace}/{name}"] and 400 in answered["POST /externalCheckStatus"]
     assert 400 in answered["GET /dashboard/live"], "no odd since token was generated"  # the class is reached
     assert 403 in answered["POST /api/checks/{namespace}/{name}/run"], "no cross-site run request was generated"
+    assert 403 in answered["POST /api/run"] and 400 in answered["POST /api/run"]
+    assert 200 in answered["GET /json"] and 200 in answered["GET /api/events"]
+    assert 200 in answered["GET /api/logs"] and 200 in answered["GET /api/logs/stream"]
     token = session.get(daemon.url + "/dashboard/live", timeout=5).json()["token"]
     assert session.get(f"{daemon.url}/dashboard/live?since={token}", headers={"If-None-Match": f'"{token}"'},
                        timeout=5).status_code == 304  # the page's own poll, documented as such

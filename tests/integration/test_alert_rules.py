@@ -9,25 +9,42 @@ when no replica is scraped healthy; a paused check (kuberhealthy_check_paused 1)
 alert. Series samples are one minute apart (promtool's notation: `1x3` is four samples of 1, `_x3`
 three missing ones); `stale` is the marker Prometheus writes when a series leaves a scrape or a target
 goes away.
+
+Every test runs in both label styles of config.metricsStyle (the rules and the Grafana dashboard follow
+it): the scenarios are written with v2's check label ("<ns>/<name>"), and Scenario turns series,
+expected alerts and expected samples into v3's (check="<name>" beside exported_namespace="<ns>") when the
+chart was rendered for v3.
 """
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
+import urllib.error
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
+from kuberhealthy.kube import KHCHECKS, KHSTATES
+from testbed.cluster.apiserver import TestCluster
+from testbed.cluster.builders import khcheck
+from testbed.daemons.inprocess import InProcessDaemon
 from testbed.paths import CHART
+from testbed.sim.kubelet import SimKubelet
 from testbed.tools.helm import Helm
+from testbed.wait import wait_for
 
 RELEASE_NS = "monitoring"
 JOB = "kuberhealthy"
-CHECK = "apps/dns"  # kuberhealthy_check's check label is <ns>/<name>
+CHECK = "apps/dns"  # kuberhealthy_check's check label is <ns>/<name> (v2's style; Scenario restyles it for v3)
+STYLES = ("v2", "v3")
+DASHBOARDS = {"v2": CHART / "dashboards" / "kuberhealthy.json", "v3": CHART / "dashboards" / "kuberhealthy-v3.json"}
 Labels = dict[str, str]
 
 
@@ -38,15 +55,33 @@ def promtool() -> str:
     return found
 
 
-@pytest.fixture(name="rules", scope="module")
-def rules_fixture(helm: Helm, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """The rendered PrometheusRule's groups (a Prometheus rule file), and the rules by alert name."""
-    objs = helm.template("prometheus.enabled=true", "prometheus.serviceMonitor.enabled=true",
-                         "prometheus.prometheusRule.enabled=true", namespace=RELEASE_NS)
+def render(helm: Helm, style: str, *values: str) -> list[dict[str, Any]]:
+    """`helm template` with config.metricsStyle set to `style` (v2: left at its default)."""
+    if style == "v2":
+        return helm.template(*values, namespace=RELEASE_NS)
+    return helm.template(*values, "config.metricsStyle=v3", namespace=RELEASE_NS)
+
+
+@pytest.fixture(name="rules", scope="module", params=STYLES)
+def rules_fixture(request: pytest.FixtureRequest, helm: Helm,
+                  tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The rendered PrometheusRule's groups (a Prometheus rule file), the rules by alert name, and the style."""
+    objs = render(helm, request.param, "prometheus.enabled=true", "prometheus.serviceMonitor.enabled=true",
+                  "prometheus.prometheusRule.enabled=true")
     (rule,) = [o for o in objs if o["kind"] == "PrometheusRule"]
     path = tmp_path_factory.mktemp("rules") / "rules.yaml"
     path.write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
-    return {"path": path, "by_name": {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}}
+    return {"path": path, "by_name": {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]},
+            "style": request.param}
+
+
+def restyle(labels: Labels, style: str) -> Labels:
+    """v2's labels of a check's series, alert or sample in the given style: v3 labels the check by its name
+    and its namespace (which a scrape through the ServiceMonitor stores as exported_namespace)."""
+    if style == "v2" or "check" not in labels:
+        return labels
+    namespace, _, name = labels["check"].partition("/")
+    return {**labels, "exported_namespace": namespace, "check": name}
 
 
 def target(pod: str, ip: str, job: str = JOB, namespace: str = RELEASE_NS) -> Labels:
@@ -78,8 +113,12 @@ class Scenario:
     checks: list[dict[str, Any]] = field(default_factory=list)
     promql: list[dict[str, Any]] = field(default_factory=list)  # promql_expr_test entries
 
+    @property
+    def style(self) -> str:
+        return str(self.rules["style"])
+
     def add(self, metric: str, labels: Labels, values: str) -> Scenario:
-        self.series.append({"series": selector(metric, labels), "values": values})
+        self.series.append({"series": selector(metric, restyle(labels, self.style)), "values": values})
         return self
 
     def replica(self, replica: Labels, values: str = "1x20", cluster: str = "1x20") -> Scenario:
@@ -89,8 +128,10 @@ class Scenario:
     def expect(self, minute: int, alert: str, *labelsets: Labels, value: str = "") -> Scenario:
         rule = self.rules["by_name"][alert]
         alerts = []
-        for extra in labelsets:
-            annotations = {k: v.replace("{{ $labels.check }}", extra.get("check", "")).replace("{{ $value }}", value)
+        for extra in (restyle(labels, self.style) for labels in labelsets):
+            def label(m: re.Match[str], labels: Labels = extra) -> str:
+                return labels.get(m.group(1), "")
+            annotations = {k: re.sub(r"\{\{ \$labels\.(\w+) \}\}", label, v).replace("{{ $value }}", value)
                            for k, v in rule.get("annotations", {}).items()}
             alerts.append({"exp_labels": {**rule.get("labels", {}), **extra}, "exp_annotations": annotations})
         self.checks.append({"eval_time": f"{minute}m", "alertname": alert, "exp_alerts": alerts})
@@ -180,6 +221,18 @@ def test_a_check_failing_seven_minutes_whose_error_changed_at_minute_three_still
     s = failing_on_both(Scenario(rules), ("pod never started", "0x2 stale"), ("timed out after 5m0s", "_x3 0x7"))
     s.expect(5, "KuberhealthyCheckFailing", FAILING).expect(7, "KuberhealthyCheckFailing", FAILING)
     s.run(tmp_path)
+
+
+def test_a_check_s_severity_and_category_labels_neither_split_nor_relabel_its_alerts(
+        rules: dict[str, Any], tmp_path: Path) -> None:
+    # The check's kuberhealthy.io/category label changes at minute 3: a new series, the same alert.
+    s = Scenario(rules)
+    for r in (A, B):
+        s.replica(r, "1x10", "0x10")
+        labels = {**check_labels(r, "timed out", ok=False), "severity": "critical"}
+        s.add("kuberhealthy_check", {**labels, "category": "network"}, "0x2 stale")
+        s.add("kuberhealthy_check", {**labels, "category": "dns"}, "_x3 0x7")
+    s.expect(6, "KuberhealthyCheckFailing", FAILING).run(tmp_path)  # severity: the rule's own (warning)
 
 
 def test_one_replica_that_still_sees_the_check_ok_raises_no_alert(rules: dict[str, Any], tmp_path: Path) -> None:
@@ -303,10 +356,8 @@ def test_a_pause_of_another_check_does_not_silence_this_one(rules: dict[str, Any
 
 # --- the Grafana dashboard's panels, on the same series ------------------------------------------------------
 
-DASHBOARD = CHART / "dashboards" / "kuberhealthy.json"
 
-
-def dashboard_queries() -> dict[str, list[str]]:
+def dashboard_queries(style: str) -> dict[str, list[str]]:
     """Each panel's queries by title, with the dashboard's variables at their "All" value (.*)."""
     found: dict[str, list[str]] = {}
 
@@ -316,13 +367,13 @@ def dashboard_queries() -> dict[str, list[str]]:
             if exprs:
                 found[panel["title"]] = [e.replace("$namespace", ".*").replace("$check", ".*") for e in exprs]
             walk(panel.get("panels") or [])
-    walk(json.loads(DASHBOARD.read_text())["panels"])
+    walk(json.loads(DASHBOARDS[style].read_text())["panels"])
     return found
 
 
 def test_the_dashboard_counts_each_check_and_job_once_with_two_replicas_and_a_changed_error(
         rules: dict[str, Any], tmp_path: Path) -> None:
-    q = dashboard_queries()
+    q = dashboard_queries(rules["style"])
     s = Scenario(rules)
     for r in (A, B):
         s.replica(r, "1x10", "0x10")
@@ -336,7 +387,8 @@ def test_the_dashboard_counts_each_check_and_job_once_with_two_replicas_and_a_ch
     s.add("kuberhealthy_check", check_labels(B, "old error", ok=False, check="apps/lagging"), "0x10")
 
     def value(expr: str, *samples: tuple[Labels, float]) -> dict[str, Any]:
-        expected = [{"labels": selector("", labels) if labels else "{}", "value": v} for labels, v in samples]
+        expected = [{"labels": selector("", restyle(labels, s.style)) if labels else "{}", "value": v}
+                    for labels, v in samples]
         return {"expr": expr, "eval_time": "5m", "exp_samples": expected}
     tests = [
         value(q["Cluster state"][0], ({}, 0)),
@@ -357,7 +409,7 @@ def test_the_dashboard_counts_each_check_and_job_once_with_two_replicas_and_a_ch
 
 def test_the_dashboard_s_failing_checks_leave_a_paused_check_out_as_the_alerts_do(
         rules: dict[str, Any], tmp_path: Path) -> None:
-    q = dashboard_queries()
+    q = dashboard_queries(rules["style"])
     s = Scenario(rules)
     for r in (A, B):
         s.replica(r, "1x10", "0x10")
@@ -367,3 +419,115 @@ def test_the_dashboard_s_failing_checks_leave_a_paused_check_out_as_the_alerts_d
         s.add("kuberhealthy_check_paused", per_check(r, "apps/web"), "0x10")
     s.promql = [{"expr": q["Failing checks"][0], "eval_time": "5m", "exp_samples": [{"labels": "{}", "value": 1}]}]
     s.run(tmp_path)
+
+
+def test_the_dashboard_tells_same_named_checks_of_two_namespaces_apart(rules: dict[str, Any], tmp_path: Path) -> None:
+    q = dashboard_queries(rules["style"])
+    s = Scenario(rules)
+    for r in (A, B):
+        s.replica(r, "1x10", "0x10")
+        s.add("kuberhealthy_check", check_labels(r, "timed out", ok=False), "0x10")
+        s.add("kuberhealthy_check", check_labels(r, check="infra/dns"), "1x10")
+    s.promql = [{"expr": q["Checks"][0], "eval_time": "5m", "exp_samples": [{"labels": "{}", "value": 2}]},
+                {"expr": q["Failing checks"][0], "eval_time": "5m", "exp_samples": [{"labels": "{}", "value": 1}]}]
+    s.run(tmp_path)
+
+
+# --- each style's rules and dashboard, as the chart renders them -----------------------------------------------
+
+def v3_dashboard(v2: dict[str, Any]) -> dict[str, Any]:
+    """The v3-style dashboard: v2's, each check told by its name and namespace label (exported_namespace
+    through a scrape) instead of by its "<ns>/<name>" check label. The chart ships the result as
+    dashboards/kuberhealthy-v3.json; write_v3_dashboard() rewrites it after a change to kuberhealthy.json."""
+    def query(text: str) -> str:
+        text = text.replace('check=~"$namespace/.*"', 'exported_namespace=~"$namespace"')
+        text = re.sub(r"\b(by|on) \(check([,)])", r"\1 (exported_namespace, check\2", text)
+        return text.replace("{{check}}", "{{exported_namespace}}/{{check}}")
+
+    def walk(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: query(v) if k in ("expr", "legendFormat", "query", "definition") and isinstance(v, str)
+                    else walk(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [walk(v) for v in value]
+        return value
+    out: dict[str, Any] = walk(v2)
+    out["description"] = v2["description"] + " (metricsStyle v3: checks labelled by name and namespace)"
+    for var in out["templating"]["list"]:
+        if var["name"] == "namespace":
+            var["query"]["query"] = var["definition"] = "label_values(kuberhealthy_check, exported_namespace)"
+            var["regex"] = ""
+    for panel in out["panels"]:
+        for step in panel.get("transformations") or []:
+            renames = step.get("options", {}).get("renameByName")
+            if renames is not None:
+                renames["exported_namespace"] = "Namespace"
+    return out
+
+
+def write_v3_dashboard() -> None:
+    DASHBOARDS["v3"].write_text(json.dumps(v3_dashboard(json.loads(DASHBOARDS["v2"].read_text())), indent=2,
+                                           ensure_ascii=False) + "\n")
+
+
+def test_the_v3_dashboard_is_the_v2_dashboard_with_v3s_check_labels() -> None:
+    expected = v3_dashboard(json.loads(DASHBOARDS["v2"].read_text()))
+    assert json.loads(DASHBOARDS["v3"].read_text()) == expected, (
+        "dashboards/kuberhealthy-v3.json is out of step with kuberhealthy.json: run .venv/bin/python -c "
+        "'from tests.integration.test_alert_rules import write_v3_dashboard; write_v3_dashboard()'")
+    text = DASHBOARDS["v3"].read_text()
+    assert "$namespace/" not in text and "by (check" not in text and "on (check" not in text
+
+
+@pytest.mark.parametrize("style", STYLES)
+def test_the_grafana_config_map_carries_the_dashboard_of_the_configured_style(helm: Helm, style: str) -> None:
+    objs = render(helm, style, "grafana.dashboards.enabled=true")
+    (cm,) = [o for o in objs if o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("grafana-dashboard")]
+    assert json.loads(cm["data"]["kuberhealthy.json"]) == json.loads(DASHBOARDS[style].read_text())
+
+
+def test_a_v3_style_rule_alerts_each_of_two_same_named_checks_and_names_its_namespace(
+        rules: dict[str, Any], tmp_path: Path) -> None:
+    s = Scenario(rules)
+    for r in (A, B):
+        s.replica(r, "1x10", "0x10")
+        for check in (CHECK, "infra/dns"):
+            s.add("kuberhealthy_check", check_labels(r, "timed out", ok=False, check=check), "0x10")
+    s.expect(6, "KuberhealthyCheckFailing", FAILING, {"check": "infra/dns"}).run(tmp_path)
+    description = rules["by_name"]["KuberhealthyCheckFailing"]["annotations"]["description"]
+    named = "{{ $labels.check }}" if s.style == "v2" else "{{ $labels.exported_namespace }}/{{ $labels.check }}"
+    assert description == f"Kuberhealthy check {named} is failing."
+
+
+def test_a_real_daemon_in_v3_style_exports_what_the_v3_rules_and_dashboard_query_labelled_as_they_expect(
+        helm: Helm, cluster: TestCluster, namespace: str, kubelet: SimKubelet) -> None:
+    objs = render(helm, "v3", "prometheus.enabled=true", "prometheus.prometheusRule.enabled=true")
+    (rule,) = [o for o in objs if o["kind"] == "PrometheusRule"]
+    # Every metric they query is the daemon's (kuberhealthy_*) but `up`, which Prometheus writes itself.
+    used = set(re.findall(r"\bkuberhealthy_\w+", json.dumps(rule["spec"]) + DASHBOARDS["v3"].read_text()))
+    check = khcheck("scraped", interval="1m")
+    check["metadata"]["labels"] = {"kuberhealthy.io/severity": "critical", "kuberhealthy.io/category": "network"}
+    cluster.request("POST", KHCHECKS.path(namespace), check)
+    daemon = InProcessDaemon(cluster, namespace, settings={"metricsStyle": "v3"}).start()
+    try:
+        def ran() -> bool:
+            try:
+                return bool(cluster.request("GET", KHSTATES.path(namespace, "scraped"))["spec"].get("RunDuration"))
+            except urllib.error.HTTPError:  # no khstate yet
+                return False
+        wait_for(ran, 60, 0.1, what="a check run")
+
+        def scraped() -> str | None:
+            text = requests.get(f"{daemon.url}/metrics", timeout=10).text
+            return text if 'check="scraped"' in text else None
+        text = wait_for(scraped, 30, 0.2, what="a scrape that has the check") or ""
+    finally:
+        daemon.stop()
+    parsed = list(text_string_to_metric_families(text))
+    samples = [(s.name, s.labels) for f in parsed for s in f.samples]
+    exported = {f.name for f in parsed} | {name for name, _ in samples}  # kuberhealthy_job has no job here
+    assert used and used - exported == set()
+    (labels,) = [lab for name, lab in samples if name == "kuberhealthy_check"]
+    assert (labels["check"], labels["namespace"]) == ("scraped", namespace)
+    assert (labels["severity"], labels["category"]) == ("critical", "network")
+    assert all(lab.get("check") in (None, "scraped") for _, lab in samples)  # no "<ns>/<name>" anywhere

@@ -47,7 +47,7 @@ class Reply:
 
 
 def post(d: InProcessDaemon, source: str, *, run_uuid: str | None = None, token: str | None = None,
-         body: bytes = OK_BODY) -> Reply:
+         body: bytes = OK_BODY, path: str = "/externalCheckStatus") -> Reply:
     """One report to the daemon, sent from `source` (any loopback address), as an attacker would."""
     headers = {"Content-Type": "application/json"}
     if run_uuid is not None:
@@ -56,7 +56,7 @@ def post(d: InProcessDaemon, source: str, *, run_uuid: str | None = None, token:
         headers["Authorization"] = f"Bearer {token}"
     conn = http.client.HTTPConnection("127.0.0.1", d.port, timeout=10, source_address=(source, 0))
     try:
-        conn.request("POST", "/externalCheckStatus", body=body, headers=headers)
+        conn.request("POST", path, body=body, headers=headers)
         resp = conn.getresponse()
         return Reply(resp.status, resp.read().decode(), {k.lower(): v for k, v in resp.getheaders()})
     finally:
@@ -224,8 +224,11 @@ def test_look_alike_pods_cannot_report_for_the_run_nor_stop_its_pod_from_reporti
     assert stats.count(stats.rejected, "not-run-pod") == 2 and stats.count(stats.rejected, "token-other-pod") == 2
 
 
+@pytest.mark.parametrize(("path", "over"), [("/externalCheckStatus", 400), ("/check", 410)], ids=["v2", "v3"])
 def test_a_report_after_the_runs_pod_finished_or_for_the_previous_run_is_refused_and_changes_nothing(
-        cluster: TestCluster, namespace: str, daemon: InProcessDaemon, kubelet: SimKubelet) -> None:
+        cluster: TestCluster, namespace: str, daemon: InProcessDaemon, kubelet: SimKubelet, path: str,
+        over: int) -> None:
+    """v2's endpoint answers 400 to all; v3's answers 410 where the run's own pod reports a run that is over."""
     check = spec(namespace, "probe", {"SIM_TOKEN": "file"})
     first = Runner(daemon.services, check, threading.Event()).run()
     time.sleep(1.02 - time.time() % 1.0)  # pods are named <check>-<unix second>; start the next run in a new one
@@ -236,13 +239,17 @@ def test_a_report_after_the_runs_pod_finished_or_for_the_previous_run_is_refused
     token = open(record.token_files[TOKEN_PATH], encoding="utf-8").read()
     before = khstate_rv(cluster, namespace, "probe")
     tries = {
-        "finished pod, header": post(daemon, record.pod_ip, run_uuid=second.run_uuid),
-        "finished pod, address": post(daemon, record.pod_ip),
-        "finished pod, token": post(daemon, outside_ip(3), token=token),
-        "previous run": post(daemon, record.pod_ip, run_uuid=first.run_uuid),
-        "previous run, from the node": post(daemon, node_ip(kubelet, record), run_uuid=first.run_uuid),
+        "finished pod, header": post(daemon, record.pod_ip, run_uuid=second.run_uuid, path=path),
+        "finished pod, address": post(daemon, record.pod_ip, path=path),
+        "finished pod, token": post(daemon, outside_ip(3), token=token, path=path),
+        "previous run": post(daemon, record.pod_ip, run_uuid=first.run_uuid, path=path),
+        "previous run, from the node": post(daemon, node_ip(kubelet, record), run_uuid=first.run_uuid, path=path),
     }
-    assert {k: r.status for k, r in tries.items()} == dict.fromkeys(tries, 400), tries
+    # by address only a Running pod is found (unknown caller); from another pod's address the earlier run's
+    # uuid is a look-alike's; from the node it is that run's own pod reporting a run that is over
+    expected = {"finished pod, header": over, "finished pod, address": 400, "finished pod, token": over,
+                "previous run": 400, "previous run, from the node": over}
+    assert {k: r.status for k, r in tries.items()} == expected, tries
     assert f"run {second.run_uuid} of check {namespace}/probe is over" in tries["finished pod, header"].text
     assert "is over" in tries["finished pod, token"].text
     assert khstate_rv(cluster, namespace, "probe") == before

@@ -1,4 +1,5 @@
-"""The /metrics families: v2's names, labels and values, and text that `promtool check metrics` accepts."""
+"""The /metrics families: v2's names, labels and values, and text that `promtool check metrics` accepts (in
+both label styles, with the checks' extra labels: test_metrics_v3.py tests what they say)."""
 from __future__ import annotations
 
 import shutil
@@ -13,6 +14,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from kuberhealthy.base.config import PromMetrics
 from kuberhealthy.web.status.metrics import duration_seconds, error_label, make_registry
 from kuberhealthy.web.status.page import StatusSummary, details_of, summarize
+from tests.unit.metrics_support import Row, metrics_config, row
+from tests.unit.metrics_support import scrape as scrape_all
 
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
 
@@ -82,7 +85,11 @@ def test_help_texts_are_v2s() -> None:
                  "# HELP kuberhealthy_job Shows the status of a Kuberhealthy job",
                  "# HELP kuberhealthy_job_duration_seconds Shows the job run duration of a Kuberhealthy job"):
         assert line in text.splitlines()
-    assert text.count("# TYPE ") == 6 and text.count(" gauge\n") == 6
+    v2 = ("kuberhealthy_running", "kuberhealthy_cluster_state", "kuberhealthy_check",
+          "kuberhealthy_check_duration_seconds", "kuberhealthy_job", "kuberhealthy_job_duration_seconds")
+    for name in v2:
+        assert f"# TYPE {name} gauge" in text.splitlines()
+    assert text.count("# TYPE ") == len(v2) + 1  # and v3's run-duration histogram (test_metrics_v3.py)
 
 
 def test_a_healthy_cluster_reports_state_one() -> None:
@@ -97,6 +104,33 @@ def test_promtool_accepts_a_scrape_with_failures_quotes_and_newlines() -> None:
                    PromMetrics(error_label_max_length=5)):
         result = promtool(scrape(nasty_summary(), master='kh-"0"\n', config=config))
         assert result.returncode == 0, result.stdout + result.stderr
+
+
+def labelled_rows() -> list[Row]:
+    """The nasty summary's checks and jobs as the JSON API's cache has them, some with severity and category
+    labels (one value with quotes, a backslash and a newline, as a hand-edited object could carry), one
+    with none, and counters."""
+    return [row("ok-check", "default", labels={"kuberhealthy.io/severity": "critical",
+                                                "kuberhealthy.io/category": "kube-inf"}, successCount=7,
+                lastOK="2024-05-01T11:50:00Z"),
+            row("bad-check", "default", labels={"kuberhealthy.io/severity": 'say "x" \\ \n'}, failureCount=3,
+                consecutiveFailures=3),
+            row("odd-duration", "other", paused={"until": "2024-05-01T13:00:00Z", "reason": ""}),
+            row("never-timed", "other", kind="healthcheck", key="other/hc:never-timed",
+                labels={"kuberhealthy.io/category": "é ☃"}),
+            row("job-a", "jobs", kind="job", labels={"kuberhealthy.io/severity": "page"})]
+
+
+@pytest.mark.skipif(not shutil.which("promtool") and not __import__("os").path.exists(PROMTOOL),
+                    reason="promtool not installed (hack/tools.sh installs it)")
+@pytest.mark.parametrize("style", ["v2", "v3"])
+def test_promtool_accepts_either_style_with_severity_and_category_labels_and_every_family(style: str) -> None:
+    for prom in ({}, {"suppress_error_label": True}, {"label_allowlist": ("team", "severity")},
+                 {"label_denylist": ("severity", "category")}, {"label_value_max_length": 3}):
+        text = scrape_all(nasty_summary(), labelled_rows(), metrics_config(style, **prom), leader=True)
+        assert "kuberhealthy_check_success_total" in text and "kuberhealthy_controller_leader" in text
+        result = promtool(text)
+        assert result.returncode == 0, f"{prom}: {result.stdout}{result.stderr}"
 
 
 @pytest.mark.skipif(not shutil.which("promtool") and not __import__("os").path.exists(PROMTOOL),
@@ -129,7 +163,7 @@ def test_durations_parse_like_go() -> None:
 
 def test_openmetrics_is_served_to_scrapers_that_ask_for_it() -> None:
     registry = make_registry(nasty_summary, lambda: "kh-0", PromMetrics())
-    text = generate_openmetrics(registry).decode("utf-8")
+    text = generate_openmetrics(registry).decode("utf-8")  # type: ignore[no-untyped-call]  # unannotated upstream
     assert text.endswith("# EOF\n") and 'kuberhealthy_check{check="default/ok-check"' in text
 
 

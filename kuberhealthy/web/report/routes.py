@@ -1,4 +1,9 @@
-"""`POST /externalCheckStatus`: a checker pod reports its run's result.
+"""`POST /externalCheckStatus` (v2's) and `POST /check` (v3's): a checker pod reports its run's result.
+
+Both endpoints take a report of a run of either kind of check, judged by the same rules; they differ
+only where v3 answers differently (`Dialect`): `/check` refuses a body that is not
+`application/json` (415) and answers 410 to a report of a run that is over from that run's own pod,
+where `/externalCheckStatus` answers 400 as v2 did. Any other method than POST is 405 on both.
 
 Order of work, one way: the per-source rate limit (429), read the body (bounded: 413 past MAX_BODY),
 decode and check it (body.py), ask the admission once whose run this is and whether it may be stored
@@ -40,7 +45,7 @@ from kuberhealthy.kube import Bounds
 from kuberhealthy.needs import WebNeeds
 from kuberhealthy.outputs.events import KIND_CHECK, KIND_JOB, ObjectRef
 from kuberhealthy.outputs.heldreports import Held
-from kuberhealthy.records.khstate import RunWrite, StaleReport, TokenBound, record_report
+from kuberhealthy.records.khstate import RunFinished, RunWrite, StaleReport, TokenBound, record_report
 from kuberhealthy.web.addresses import normalize_ip
 from kuberhealthy.web.answers import plain
 from kuberhealthy.web.parts import part
@@ -69,6 +74,22 @@ EVENT_WORDS = {
 }
 HOLD_DEFAULT = 600.0  # seconds a held report lives when its pod carries no readable deadline
 BEARER_CHALLENGE = {"WWW-Authenticate": 'Bearer realm="kuberhealthy"'}  # on every 401
+# Refusals of a report from the run's own pod whose run is over: its pod has finished, the run was
+# recorded, or (found only when storing) it is an earlier run of the check than its current one.
+RUN_IS_OVER = frozenset({stats.RUN_OVER})
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """Where the answers of one report endpoint differ from the other's."""
+
+    run_over: int  # the code of a report whose run is over, from that run's own pod
+    json_only: bool  # a body that is not declared application/json is refused with 415
+
+
+V2 = Dialect(run_over=400, json_only=False)
+V3 = Dialect(run_over=410, json_only=True)
+NOT_JSON = "reports must be sent with Content-Type: application/json"
 
 
 @dataclass(frozen=True)
@@ -100,7 +121,20 @@ def read_body(limit: int = MAX_BODY) -> bytes | None:
 
 @bp.route("/externalCheckStatus", methods=["POST"])
 def external_check_status() -> Response:
+    return _answer(V2)
+
+
+@bp.route("/check", methods=["POST"])
+def check_report() -> Response:
+    return _answer(V3)
+
+
+def _answer(dialect: Dialect) -> Response:
     desk = part(ReportDesk)
+    if dialect.json_only and request.mimetype != "application/json":
+        desk.stats.reject(stats.NOT_JSON)
+        desk.stats.answered(415)
+        return plain(415, NOT_JSON)
     remote = request.remote_addr or ""
     source = normalize_ip(remote) or remote
     wait = desk.limiter.take(source)
@@ -111,7 +145,7 @@ def external_check_status() -> Response:
     else:
         credentials = Credentials(run_uuid=request.headers.get(RUN_UUID_HEADER, "").strip(),
                                   token=bearer(request.headers.get("Authorization", "")), remote=remote, source=source)
-        response = _report(desk, credentials, time.monotonic() + REQUEST_BUDGET)
+        response = _report(desk, credentials, time.monotonic() + REQUEST_BUDGET, dialect)
     desk.stats.answered(response.status_code)
     return response
 
@@ -120,8 +154,9 @@ class _Reply:
     """The answers to one report (request id `rid`): every one logged, a refusal counted and, when it
     names a check to inform, raised as a ReportRejected Event."""
 
-    def __init__(self, desk: ReportDesk, rid: str, who: str) -> None:
+    def __init__(self, desk: ReportDesk, rid: str, who: str, dialect: Dialect = V2) -> None:
         self._desk = desk
+        self._dialect = dialect
         self.rid = rid
         self.who = who
         self.headers = {"X-Request-Id": rid}
@@ -133,7 +168,8 @@ class _Reply:
         if refusal.check is not None:
             self._rejected_event(refusal.check, refusal.reason)
         extra = BEARER_CHALLENGE if refusal.code == 401 else {}
-        return plain(refusal.code, refusal.text, {**self.headers, **extra})
+        code = self._dialect.run_over if refusal.reason in RUN_IS_OVER else refusal.code
+        return plain(code, refusal.text, {**self.headers, **extra})
 
     def not_yet(self, wait: NotYet) -> Response:
         if wait.level is not None:
@@ -158,9 +194,9 @@ class _Reply:
         services.events.report_rejected(ObjectRef(kind, namespace, name, uid), words)
 
 
-def _report(desk: ReportDesk, credentials: Credentials, end: float) -> Response:
+def _report(desk: ReportDesk, credentials: Credentials, end: float, dialect: Dialect = V2) -> Response:
     """The answer to one report, within the monotonic `end`."""
-    reply = _Reply(desk, "web-" + uuid.uuid4().hex[:12], credentials.who)
+    reply = _Reply(desk, "web-" + uuid.uuid4().hex[:12], credentials.who, dialect)
     body = read_body()
     if body is None:
         return reply.refused(Refused(413, stats.TOO_LARGE, TOO_LARGE))
@@ -197,10 +233,11 @@ def _store(desk: ReportDesk, reply: _Reply, report: Report, received: dt.datetim
                       binding=accepted.binding)
     except TokenBound as e:  # bound since the caches last looked (caller.py decides on them first)
         return reply.refused(Refused(401, stats.TOKEN_REQUIRED, str(e), inform))
-    except StaleReport:
+    except StaleReport as e:
         reason = (f"pod was not properly whitelisted for reporting status of check {caller.check} with uuid "
                   f"{caller.run_uuid} and namespace {caller.namespace}")
-        return reply.refused(Refused(400, stats.STALE, reason, inform))
+        over = isinstance(e, RunFinished)  # a run of this check that is over, not one it never had
+        return reply.refused(Refused(400, stats.RUN_OVER if over else stats.STALE, reason, inform))
     except ApiError as e:
         if not is_transient(e):
             logger.error("report %s for %s from %s: failed to store (500): %s", rid, target, who, e)

@@ -1,6 +1,6 @@
 """Counters of the report endpoint, exported beside the v2 families.
 
-  kuberhealthy_report_requests_total{code}             every answer of POST /externalCheckStatus
+  kuberhealthy_report_requests_total{code}             every answer of POST /externalCheckStatus and /check
   kuberhealthy_report_rejected_total{reason}           refused reports, by why (REASONS)
   kuberhealthy_report_source_mismatch_total{action}    header-path reports from an address that is
                                                        neither the pod's nor its node's: accepted
@@ -23,9 +23,10 @@ TOKEN_INVALID = "token-invalid"  # 401
 TOKEN_REQUIRED = "token-required"  # 401, reportAuth: token
 TOKEN_OTHER_POD = "token-other-pod"  # a valid token, of a pod that is not the run's
 RATE_LIMITED = "rate-limited"  # 429
+NOT_JSON = "not-json"  # 415 (POST /check only)
 REASONS = (TOO_LARGE, BAD_BODY, UNKNOWN_CALLER, NOT_RUN_POD, RUN_OVER, STALE, SOURCE, TOKEN_INVALID, TOKEN_REQUIRED,
-           TOKEN_OTHER_POD, RATE_LIMITED)
-CODES = ("200", "400", "401", "413", "429", "500", "503")
+           TOKEN_OTHER_POD, RATE_LIMITED, NOT_JSON)
+CODES = ("200", "400", "401", "410", "413", "415", "429", "500", "503")
 
 
 class ReportStats:

@@ -1,4 +1,4 @@
-"""POST /externalCheckStatus over a real socket, against the real API server and the real caches."""
+"""POST /externalCheckStatus and POST /check over a real socket, against the real API server and the real caches."""
 from __future__ import annotations
 
 import logging
@@ -12,13 +12,19 @@ from flask import Flask
 from kuberhealthy.base.errors import Forbidden, Unreachable
 from kuberhealthy.daemon.services import Services
 from kuberhealthy.web.report.body import MAX_BODY
-from testbed.clients.rawhttp import post_report, request
+from testbed.clients.rawhttp import REPORT_PATHS, V3_REPORT_PATH, post_report, request
 from testbed.cluster.loopback import pod_ip
 from testbed.cluster.objects import set_pod_status
 from testbed.daemons.inprocess import PodMaker, WebServer, rv, serve
 from testbed.wait import wait_for
 
 OK = {"OK": True, "Errors": []}
+
+
+@pytest.fixture(params=REPORT_PATHS, ids=["v2", "v3"])
+def endpoint(request: pytest.FixtureRequest) -> str:
+    """v2's /externalCheckStatus and v3's /check: a report is judged by the same rules at either."""
+    return str(request.param)
 FAIL = {"OK": False, "Errors": ["disk full", "dns <broken> & slow"]}
 
 
@@ -35,11 +41,12 @@ def assert_refused(answer_status: int, text: str, status: int = 400) -> None:
     assert one_line(text), repr(text)
 
 
-def test_a_report_identified_by_its_uuid_header_is_stored(server: WebServer, maker: PodMaker) -> None:
+def test_a_report_identified_by_its_uuid_header_is_stored(server: WebServer, maker: PodMaker,
+                                                         endpoint: str) -> None:
     run = new_uuid()
     before = maker.khstate("dns", run)
     pod = maker.pod("dns", run)
-    answer = post_report(server, FAIL, run_uuid=run, source_ip=pod.ip)
+    answer = post_report(server, FAIL, run_uuid=run, source_ip=pod.ip, path=endpoint)
     assert answer.status == 200, answer.text
     after = maker.get_khstate("dns")
     assert rv(after) != rv(before)
@@ -48,21 +55,24 @@ def test_a_report_identified_by_its_uuid_header_is_stored(server: WebServer, mak
     assert after["spec"]["LastRun"]
 
 
-def test_a_report_identified_by_its_source_ip_is_stored(server: WebServer, maker: PodMaker) -> None:
+def test_a_report_identified_by_its_source_ip_is_stored(server: WebServer, maker: PodMaker,
+                                                        endpoint: str) -> None:
     run = new_uuid()
     maker.khstate("ping", run, OK=False, Errors=["old failure"])
     pod = maker.pod("ping", run)
-    answer = post_report(server, OK, source_ip=pod.ip)
+    answer = post_report(server, OK, source_ip=pod.ip, path=endpoint)
     assert answer.status == 200, answer.text
     spec = maker.get_khstate("ping")["spec"]
     assert spec["OK"] is True and spec["Errors"] == [] and spec["LastRun"]
 
 
-def test_keys_match_case_insensitively_like_gos_decoder(server: WebServer, maker: PodMaker) -> None:
+def test_keys_match_case_insensitively_like_gos_decoder(server: WebServer, maker: PodMaker,
+                                                        endpoint: str) -> None:
     run = new_uuid()
     maker.khstate("case", run)
     pod = maker.pod("case", run)
-    answer = post_report(server, b'{"ok": false, "errors": ["lower case keys"], "extra": 1}', source_ip=pod.ip)
+    answer = post_report(server, b'{"ok": false, "errors": ["lower case keys"], "extra": 1}', source_ip=pod.ip,
+                         path=endpoint)
     assert answer.status == 200, answer.text
     assert maker.get_khstate("case")["spec"]["Errors"] == ["lower case keys"]
 
@@ -94,47 +104,61 @@ def test_a_report_by_ip_is_refused_when_several_running_pods_share_that_ip(serve
         assert rv(maker.get_khstate(name)) == rv(before[name])
 
 
-def test_a_report_with_a_stale_uuid_is_rejected_and_changes_nothing(server: WebServer, maker: PodMaker) -> None:
+def test_a_report_with_a_stale_uuid_is_rejected_and_changes_nothing(server: WebServer, maker: PodMaker,
+                                                                    endpoint: str) -> None:
     old, current = new_uuid(), new_uuid()
     before = maker.khstate("stale", current)
     pod = maker.pod("stale", old)  # a pod of the previous run, still around
     for run_header in (old, None):
-        answer = post_report(server, OK, run_uuid=run_header, source_ip=pod.ip)
-        assert_refused(answer.status, answer.text)
+        answer = post_report(server, OK, run_uuid=run_header, source_ip=pod.ip, path=endpoint)
+        assert_refused(answer.status, answer.text)  # a run the khstate never knew of: 400 on both endpoints
         assert "not properly whitelisted" in answer.text and old in answer.text
     assert rv(maker.get_khstate("stale")) == rv(before)
 
 
-def test_a_report_with_the_uuid_of_another_check_is_rejected_and_changes_nothing(server: WebServer,
-                                                                                 maker: PodMaker) -> None:
+def test_a_report_of_an_earlier_run_of_the_check_is_over_410_on_v3s_endpoint_and_400_on_v2s(
+        server: WebServer, maker: PodMaker, endpoint: str) -> None:
+    old, current = new_uuid(), new_uuid()
+    earlier = {"uuid": old, "start": "2026-01-01T00:00:00Z", "duration": "2s", "OK": True, "errors": [],
+               "node": "", "pod": "kh-test-0", "outcome": "reported"}
+    before = maker.khstate("earlier", current, history=[earlier])
+    pod = maker.pod("earlier", old)  # the earlier run's pod, still around
+    answer = post_report(server, OK, run_uuid=old, source_ip=pod.ip, path=endpoint)
+    assert_refused(answer.status, answer.text, 410 if endpoint == V3_REPORT_PATH else 400)
+    assert "not properly whitelisted" in answer.text
+    assert rv(maker.get_khstate("earlier")) == rv(before)
+
+
+def test_a_report_with_the_uuid_of_another_check_is_rejected_and_changes_nothing(
+        server: WebServer, maker: PodMaker, endpoint: str) -> None:
     run_a, run_b = new_uuid(), new_uuid()
     before_a = maker.khstate("check-a", run_a)
     before_b = maker.khstate("check-b", run_b)
     # a pod annotated as check-a but carrying check-b's current run UUID
     pod = maker.pod("check-a", run_b, env_uuid=run_b)
-    answer = post_report(server, OK, run_uuid=run_b, source_ip=pod.ip)
+    answer = post_report(server, OK, run_uuid=run_b, source_ip=pod.ip, path=endpoint)
     assert_refused(answer.status, answer.text)
     assert rv(maker.get_khstate("check-a")) == rv(before_a)
     assert rv(maker.get_khstate("check-b")) == rv(before_b)
 
 
 def test_a_report_from_an_unknown_ip_is_rejected_and_changes_nothing(server: WebServer, maker: PodMaker,
-                                                                     app: object) -> None:
+                                                                     app: object, endpoint: str) -> None:
     run = new_uuid()
     before = maker.khstate("lonely", run)
     maker.pod("lonely", run)
-    answer = post_report(server, OK, source_ip=pod_ip())
+    answer = post_report(server, OK, source_ip=pod_ip(), path=endpoint)
     assert_refused(answer.status, answer.text)
     assert "failed to find a pod" in answer.text
     assert rv(maker.get_khstate("lonely")) == rv(before)
 
 
-def test_a_report_with_an_unknown_uuid_header_is_rejected_even_from_a_known_pod_ip(server: WebServer,
-                                                                                   maker: PodMaker) -> None:
+def test_a_report_with_an_unknown_uuid_header_is_rejected_even_from_a_known_pod_ip(
+        server: WebServer, maker: PodMaker, endpoint: str) -> None:
     run = new_uuid()
     before = maker.khstate("hdr", run)
     pod = maker.pod("hdr", run)
-    answer = post_report(server, OK, run_uuid=new_uuid(), source_ip=pod.ip)
+    answer = post_report(server, OK, run_uuid=new_uuid(), source_ip=pod.ip, path=endpoint)
     assert_refused(answer.status, answer.text)
     assert rv(maker.get_khstate("hdr")) == rv(before)
 
@@ -151,21 +175,23 @@ def test_a_pending_pod_cannot_report_by_ip(server: WebServer, maker: PodMaker, s
     assert rv(maker.get_khstate("pending")) == rv(before)
 
 
-def test_a_pod_without_the_check_name_annotation_is_refused(server: WebServer, maker: PodMaker) -> None:
+def test_a_pod_without_the_check_name_annotation_is_refused(server: WebServer, maker: PodMaker,
+                                                            endpoint: str) -> None:
     run = new_uuid()
     before = maker.khstate("noanno", run)
     pod = maker.pod("noanno", run, annotate=False)
-    answer = post_report(server, OK, run_uuid=run, source_ip=pod.ip)
+    answer = post_report(server, OK, run_uuid=run, source_ip=pod.ip, path=endpoint)
     assert_refused(answer.status, answer.text)
     assert "check name annotation" in answer.text
     assert rv(maker.get_khstate("noanno")) == rv(before)
 
 
-def test_a_pod_without_a_run_uuid_env_var_is_refused(server: WebServer, maker: PodMaker) -> None:
+def test_a_pod_without_a_run_uuid_env_var_is_refused(server: WebServer, maker: PodMaker,
+                                                     endpoint: str) -> None:
     run = new_uuid()
     before = maker.khstate("noenv", run)
     pod = maker.pod("noenv", run, env_uuid=None)
-    answer = post_report(server, OK, run_uuid=run, source_ip=pod.ip)
+    answer = post_report(server, OK, run_uuid=run, source_ip=pod.ip, path=endpoint)
     assert_refused(answer.status, answer.text)
     assert "KH_RUN_UUID" in answer.text
     assert rv(maker.get_khstate("noenv")) == rv(before)
@@ -185,30 +211,61 @@ def test_a_pod_without_a_run_uuid_env_var_is_refused(server: WebServer, maker: P
 ], ids=["bad-json", "not-json", "ok-not-bool", "array", "ok-false-no-errors", "ok-false-empty-errors",
         "empty-body", "blank-error", "whitespace-error", "ok-true-with-errors"])
 def test_a_bad_body_from_a_valid_pod_is_rejected_and_changes_nothing(server: WebServer, maker: PodMaker,
-                                                                     body: bytes, reason: str) -> None:
+                                                                     body: bytes, reason: str, endpoint: str) -> None:
     run = new_uuid()
     check = "body-" + uuid.uuid4().hex[:6]
     before = maker.khstate(check, run)
     pod = maker.pod(check, run)
-    answer = post_report(server, body, run_uuid=run, source_ip=pod.ip)
+    answer = post_report(server, body, run_uuid=run, source_ip=pod.ip, path=endpoint)
     assert_refused(answer.status, answer.text)
     assert reason in answer.text
     assert rv(maker.get_khstate(check)) == rv(before)
 
 
 def test_a_body_over_one_mebibyte_is_refused_with_413_and_changes_nothing(server: WebServer,
-                                                                          maker: PodMaker) -> None:
+                                                                          maker: PodMaker, endpoint: str) -> None:
     run = new_uuid()
     before = maker.khstate("big", run)
     pod = maker.pod("big", run)
     padding = "x" * MAX_BODY
     body = ('{"OK": false, "Errors": ["' + padding + '"]}').encode()
-    answer = post_report(server, body, run_uuid=run, source_ip=pod.ip)
+    answer = post_report(server, body, run_uuid=run, source_ip=pod.ip, path=endpoint)
     assert_refused(answer.status, answer.text, 413)
-    chunked = request(server, "POST", "/externalCheckStatus", body, headers={"kh-run-uuid": run},
+    chunked = request(server, "POST", endpoint, body, headers={"kh-run-uuid": run, "Content-Type": "application/json"},
                       source_ip=pod.ip, chunked=True)
     assert_refused(chunked.status, chunked.text, 413)
     assert rv(maker.get_khstate("big")) == rv(before)
+
+
+@pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", ""],
+                         ids=["text", "form", "none"])
+def test_v3s_endpoint_refuses_a_report_not_sent_as_json_with_415_and_v2s_takes_it(
+        server: WebServer, maker: PodMaker, content_type: str) -> None:
+    run = new_uuid()
+    before = maker.khstate("ctype", run)
+    pod = maker.pod("ctype", run)
+    answer = post_report(server, OK, run_uuid=run, source_ip=pod.ip, content_type=content_type, path=V3_REPORT_PATH)
+    assert_refused(answer.status, answer.text, 415)
+    assert "application/json" in answer.text
+    assert rv(maker.get_khstate("ctype")) == rv(before)
+    answer = post_report(server, OK, run_uuid=run, source_ip=pod.ip, content_type=content_type)
+    assert answer.status == 200, answer.text  # v2 never looked at the header
+
+
+def test_v3s_endpoint_takes_json_with_a_charset(server: WebServer, maker: PodMaker) -> None:
+    run = new_uuid()
+    maker.khstate("charset", run)
+    pod = maker.pod("charset", run)
+    answer = post_report(server, OK, run_uuid=run, source_ip=pod.ip, content_type="application/json; charset=utf-8",
+                         path=V3_REPORT_PATH)
+    assert answer.status == 200, answer.text
+
+
+@pytest.mark.parametrize("method", ["GET", "PUT", "DELETE"])
+def test_a_report_endpoint_answers_any_method_but_post_with_405_in_one_line(server: WebServer, endpoint: str,
+                                                                             method: str) -> None:
+    answer = request(server, method, endpoint, b"")
+    assert_refused(answer.status, answer.text, 405)
 
 
 def test_a_body_of_exactly_one_mebibyte_is_accepted(server: WebServer, maker: PodMaker) -> None:
