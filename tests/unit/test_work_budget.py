@@ -8,6 +8,7 @@ and that two measurements agree.
 from __future__ import annotations
 
 import json
+import re
 import threading
 
 import pytest
@@ -80,8 +81,11 @@ def test_a_third_more_python_calls_per_run_fails_the_guard(measured: PerRun) -> 
                 key_of(pod)
         services.api.on_create(PODS, work)
     lines = over_budget(measure(STORED, tamper=more_calls), measured)
-    assert lines == [f"stored runs: {PYTHON_CALLS} {calls + extra:g} per run, budget {calls:g} "
-                     f"(fails above {calls * MARGIN:.2f})"]
+    # the count itself may differ from calls + extra by a call or two a run (a thread's timing), never more
+    found = re.fullmatch(rf"stored runs: {PYTHON_CALLS} ([0-9.]+) per run, budget {calls:g} "
+                         rf"\(fails above {calls * MARGIN:.2f}\)", lines[0]) if len(lines) == 1 else None
+    assert found is not None, lines
+    assert float(found.group(1)) == pytest.approx(calls + extra, abs=2)
 
 
 def test_two_measurements_in_one_process_agree_so_the_guard_is_not_flaky(measured: PerRun) -> None:
