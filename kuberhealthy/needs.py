@@ -26,6 +26,7 @@ from kuberhealthy.kube.protocols import Api, Cache
 from kuberhealthy.outputs.events import ObjectRef
 from kuberhealthy.outputs.heldreports import Held
 from kuberhealthy.outputs.runstats import SchedulingMetrics
+from kuberhealthy.records.kinds import Kinds
 
 CacheState = tuple[str, bool, float]  # (cache, current, seconds not current)
 
@@ -69,6 +70,10 @@ class EventSink(Protocol):
 
     def pause_ignored(self, ref: ObjectRef, annotation: str, value: str) -> bool: ...
 
+    def spec_invalid(self, ref: ObjectRef, problem: str) -> bool: ...
+
+    def state_not_kept(self, ref: ObjectRef, what: str) -> bool: ...
+
 
 class ResultSink(Protocol):
     """Where a finished run's result is forwarded (InfluxDB)."""
@@ -106,6 +111,9 @@ class RunNeeds(Basics, Protocol):
     """What one check run uses."""
 
     @property
+    def kinds(self) -> Kinds: ...
+
+    @property
     def notifier(self) -> Notifier: ...
 
     @property
@@ -139,9 +147,15 @@ class ControlNeeds(RunNeeds, Catalog, Protocol):
 class ReaperNeeds(Basics, Catalog, Protocol):
     """What the reapers use: they decide from the caches and delete through the API."""
 
+    @property
+    def kinds(self) -> Kinds: ...
+
 
 class WebNeeds(Basics, Catalog, Protocol):
     """What the HTTP app reads and calls."""
+
+    @property
+    def kinds(self) -> Kinds: ...
 
     @property
     def notifier(self) -> Notifier: ...

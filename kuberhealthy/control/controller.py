@@ -1,6 +1,11 @@
 """The control loop: which checks run, not how.
 
-Events arrive on a queue: khcheck changes (from the khcheck cache), khjob changes, leadership, stop.
+Events arrive on a queue: check changes (from each kind's cache), run-once check changes, leadership,
+stop. The controller is kind-blind: every kind of check (records/kinds.py: khchecks, khjobs,
+HealthCheck) comes with its caches and rules as data. A kind's gate can hold all its checks back (v3's
+own controller holds its Lease); a check being deleted, migrated to another kind (`superseded`), or run
+once already (`singleRunOnly`) gets no worker; a spec that cannot run is logged and raised as a
+SpecInvalid Event once per version, and not run.
 Becoming leader is queued (the elector thread must go on renewing while checks start); losing the
 lead is handled synchronously on the elector's call, so every worker has stopped (and removed its
 pod) before the elector lets the Lease go.
@@ -33,19 +38,21 @@ from kuberhealthy.base.errors import ApiError
 from kuberhealthy.base.threads import BackgroundThread
 from kuberhealthy.base.times import parse_time
 from kuberhealthy.control.workers import CheckWorker, JobWorker, RunnerFactory
-from kuberhealthy.kube import KHJOBS, Obj, key_of
+from kuberhealthy.kube import Obj
 from kuberhealthy.needs import ControlNeeds, Part
-from kuberhealthy.outputs.events import KIND_CHECK, ObjectRef
+from kuberhealthy.outputs.events import ObjectRef
 from kuberhealthy.records import khstate, pause, runnow
-from kuberhealthy.records.checkspec import CheckSpec
+from kuberhealthy.records.checkspec import CheckSpec, SpecProblem
+from kuberhealthy.records.kinds import Kind, control_view
 from kuberhealthy.run.runner import Runner
 
 logger = logging.getLogger(__name__)
 
 MAX_SPREAD = 30.0  # seconds: the widest window a batch of overdue checks is spread over (never over half an interval)
 MAX_GAP = 0.25  # seconds: the widest gap between two first runs of such a batch (a small batch starts at once)
-RUN_NOW_EVENT = "run-now:"  # + "<ns>/<name>": the khcheck's run-now annotation was newly set
-PAUSE_EVENT = "pause:"  # + "<ns>/<name>": the khcheck's pause annotations changed
+GATE_RECHECK = 5.0  # seconds between looks at a closed gate (a Lease that stops being renewed says nothing)
+RUN_NOW_EVENT = "run-now:"  # + a check's ident: its run-now annotation was newly set
+PAUSE_EVENT = "pause:"  # + a check's ident: its pause annotations changed
 
 
 def spread(overdue: list[CheckSpec], now: float) -> dict[str, float]:
@@ -56,8 +63,8 @@ def spread(overdue: list[CheckSpec], now: float) -> dict[str, float]:
     a few seconds would come due within a few seconds every interval after, for good (a burst of pods
     each time, a backlog where the cluster starts pods slowly)."""
     # A stable, name-independent order, so the same checks are not always the last of a batch.
-    order = sorted(overdue, key=lambda sp: zlib.crc32(sp.key.encode()))
-    return {spec.key: now + i * min(MAX_GAP, min(MAX_SPREAD, spec.run_interval / 2) / len(order))
+    order = sorted(overdue, key=lambda sp: zlib.crc32(sp.ident.encode()))
+    return {spec.ident: now + i * min(MAX_GAP, min(MAX_SPREAD, spec.run_interval / 2) / len(order))
             for i, spec in enumerate(order)}
 
 
@@ -82,24 +89,42 @@ class Controller(BackgroundThread):
         self._retiring: list[CheckWorker] = []  # stopped by a reconcile, maybe still removing a pod
         self._parts: list[Part] = []
         self._last_reconcile = -1e18
-        self._specs: dict[str, tuple[str, CheckSpec]] = {}  # key -> (resourceVersion, parsed spec)
+        # ident -> (resourceVersion, parsed spec or the problem that keeps it from running)
+        self._specs: dict[str, tuple[str, CheckSpec | SpecProblem]] = {}
         self.reconciles = 0
-        self._pause_warned: dict[str, str] = {}  # key -> the unparsable paused-until value warned about
-        services.khchecks.add_listener(self._check_changed)
-        services.khjobs.add_listener(lambda *_: self._events.put("jobs"))
+        self._pause_warned: dict[str, str] = {}  # ident -> the unparsable paused-until value warned about
+        self._gated: dict[str, str] = {}  # kind name -> why none of its checks runs (as last said)
+        self._seen: set[str] = set()  # idents of the checks the last reconcile looked at
+        for kind in services.kinds:
+            if kind.runs_once:
+                kind.checks.add_listener(lambda *_: self._events.put("jobs"))
+            else:
+                kind.checks.add_listener(self._listener(kind))
+
+    def kinds_changed(self) -> None:
+        """Something a kind's gate or a check's pairing depends on changed: reconcile."""
+        self._events.put("checks")
+
+    def _listener(self, kind: Kind) -> Callable[[str, Obj, Obj | None], None]:
+        def changed(etype: str, obj: Obj, prev: Obj | None) -> None:
+            self._check_changed(kind, etype, obj, prev)
+        return changed
 
     def stop(self) -> None:
         super().stop()
         self._events.put("stop")
         self.lost_leadership()
 
-    def _check_changed(self, etype: str, obj: Obj, prev: Obj | None) -> None:
-        """The khcheck cache's listener (its watch thread): queue, never act here."""
+    def _check_changed(self, kind: Kind, etype: str, obj: Obj, prev: Obj | None) -> None:
+        """A check cache's listener (its watch thread): queue, never act here. A change of the status
+        alone (a check keeping its state in itself writes it every run) changes nothing here."""
+        if etype == "MODIFIED" and prev is not None and control_view(obj) == control_view(prev):
+            return
         self._events.put("checks")
         if etype != "DELETED" and runnow.newly_requested(obj, prev) is not None:
-            self._events.put(RUN_NOW_EVENT + key_of(obj))
+            self._events.put(RUN_NOW_EVENT + kind.ident_of(obj))
         if etype != "DELETED" and pause.changed(obj, prev):
-            self._events.put(PAUSE_EVENT + key_of(obj))
+            self._events.put(PAUSE_EVENT + kind.ident_of(obj))
 
     # --- leadership (called synchronously by the elector) ------------------------------------------
 
@@ -179,10 +204,14 @@ class Controller(BackgroundThread):
             timeout = None
             if dirty:
                 timeout = max(0.0, self._last_reconcile + self.services.config.check_change_debounce - self._clock())
+            gated = any(self._gated.values()) and self._leading
+            if gated:  # a gate's holder may just stop renewing: no event says so
+                timeout = GATE_RECHECK if timeout is None else min(timeout, GATE_RECHECK)
             try:
                 event = self._events.get(timeout=timeout)
             except queue.Empty:
                 event = ""
+                dirty = dirty or gated
             try:
                 if event == "stop":
                     return
@@ -217,50 +246,95 @@ class Controller(BackgroundThread):
         """
         self._last_reconcile = self._clock()
         self.reconciles += 1
-        desired = {key_of(o): self._spec(o) for o in self.services.khchecks.list()}
-        self._specs = {k: v for k, v in self._specs.items() if k in desired}
+        desired = self._desired()
+        self._specs = {k: v for k, v in self._specs.items() if k in self._seen}
         # Stopped workers are not joined here (a step-down must never wait behind a slow pod removal):
         # a restarted check's new run waits in CLEAR for the old run's pod to go anyway.
         self._retiring = [w for w in self._retiring if w.is_alive()]
-        for key, worker in list(self.workers.items()):
-            if desired.get(key) != worker.spec:
-                logger.info("Check %s %s", key, "changed: restarting" if key in desired else "removed: stopping")
+        for ident, worker in list(self.workers.items()):
+            if desired.get(ident) != worker.spec:
+                if ident in desired or worker.is_alive() or not worker.spec.single_run_only:
+                    logger.info("Check %s %s", worker.spec.key,
+                                "changed: restarting" if ident in desired else "removed: stopping")
                 worker.stop()
                 self._retiring.append(worker)
-                del self.workers[key]
-        new = [spec for key, spec in desired.items() if key not in self.workers]
+                del self.workers[ident]
+        new = [spec for ident, spec in desired.items() if ident not in self.workers]
         dues = self._first_dues(new, continuity)
         for spec in new:
-            worker = CheckWorker(self.services, spec, self._runner, self._clock, first_due=dues[spec.key],
+            kind = self.services.kinds.of(spec)
+            worker = CheckWorker(self.services, spec, self._runner, self._clock, first_due=dues[spec.ident],
                                  wall=self._wall)
             self._check_pause_value(spec)
-            if runnow.requested(self.services.khchecks.get(spec.namespace, spec.name)) is not None:
+            if runnow.requested(kind.checks.get(spec.namespace, spec.name)) is not None:
                 worker.run_now()  # asked for while nobody led, or with the check (no second Event)
-            self.workers[spec.key] = worker
+            self.workers[spec.ident] = worker
             worker.start()
             logger.info("Check %s started (every %.0fs, timeout %.0fs, first run in %.1fs)", spec.key,
-                        spec.run_interval, spec.timeout, max(0.0, dues[spec.key] - self._clock()))
+                        spec.run_interval, spec.timeout, max(0.0, dues[spec.ident] - self._clock()))
 
-    def _run_now(self, key: str) -> None:
-        """The run-now annotation was newly set on this khcheck: run it at once on its worker."""
+    def _desired(self) -> dict[str, CheckSpec]:
+        """The checks that should have a worker: of every kind whose gate is open, those not being
+        deleted, superseded (migrated to another kind) or already run once, whose spec can run."""
+        desired: dict[str, CheckSpec] = {}
+        self._seen = set()
+        for kind in self.services.kinds:
+            if kind.runs_once:
+                continue
+            closed = kind.gate()
+            if closed != self._gated.get(kind.name, ""):
+                if closed:
+                    logger.warning("No %s runs here now: %s", kind.name, closed)
+                else:
+                    logger.info("%s checks may run again", kind.name)
+                self._gated[kind.name] = closed
+            if closed:
+                continue
+            for obj in kind.checks.list():
+                meta = obj.get("metadata") or {}
+                if meta.get("deletionTimestamp") or kind.superseded(obj):
+                    continue
+                self._seen.add(kind.ident_of(obj))
+                spec = self._spec(kind, obj)
+                if spec is None:
+                    continue
+                running = self.workers.get(spec.ident)
+                if spec.single_run_only and (running is None or not running.is_alive()) and self._ran(kind, spec):
+                    continue
+                desired[spec.ident] = spec
+        return desired
+
+    @staticmethod
+    def _ran(kind: Kind, spec: CheckSpec) -> bool:
+        """A run-once check already ran: its state holds a run that is over (ours: finished; v3's: a
+        last run and no run in flight). A run cut short (claimed, never finished) runs again."""
+        state = kind.states.get(spec.namespace, spec.name)
+        if state is None:
+            return False
+        result = khstate.Spec.of(state)
+        return bool(khstate.finished_uuid(state)) or (result.last_run is not None and not result.uuid)
+
+    def _run_now(self, ident: str) -> None:
+        """The run-now annotation was newly set on this check: run it at once on its worker."""
         with self._lock:
-            worker = self.workers.get(key) if self._leading else None
+            worker = self.workers.get(ident) if self._leading else None
         if worker is None:
             return  # not leading (the next leader finds it), or a new check (its reconcile runs it)
-        ns, name = worker.spec.namespace, worker.spec.name
-        value = runnow.requested(self.services.khchecks.get(ns, name))
+        kind, spec = worker.kind, worker.spec
+        value = runnow.requested(kind.checks.get(spec.namespace, spec.name))
         if value is None:
             return  # removed since: the run it asked for has started
         if not runnow.by_api(value):
-            self.services.events.run_requested(ObjectRef(KIND_CHECK, ns, name, worker.spec.uid), "annotation")
+            self.services.events.run_requested(_ref(kind, spec), "annotation")
         if not worker.run_now():
-            logger.info("Check %s: a run was requested while one is in flight; dropped", key)
-            runnow.clear(self.services.resources, ns, name, current=self.services.khchecks.get(ns, name))
+            logger.info("Check %s: a run was requested while one is in flight; dropped", spec.key)
+            runnow.clear(self.services.resources, spec.namespace, spec.name,
+                         current=kind.checks.get(spec.namespace, spec.name), resource=kind.resource)
 
-    def _pause_changed(self, key: str) -> None:
-        """The pause annotations of this khcheck changed: its worker looks again at once."""
+    def _pause_changed(self, ident: str) -> None:
+        """The pause annotations of this check changed: its worker looks again at once."""
         with self._lock:
-            worker = self.workers.get(key) if self._leading else None
+            worker = self.workers.get(ident) if self._leading else None
             if worker is None:
                 return  # not leading (the next leader reads it), or a new check (its reconcile does)
             self._check_pause_value(worker.spec)
@@ -268,17 +342,17 @@ class Controller(BackgroundThread):
 
     def _check_pause_value(self, spec: CheckSpec) -> None:
         """Log and raise PauseIgnored for an unparsable paused-until value, once per value."""
-        bad = pause.unparsable(self.services.khchecks.get(spec.namespace, spec.name))
+        kind = self.services.kinds.of(spec)
+        bad = pause.unparsable(kind.checks.get(spec.namespace, spec.name))
         if bad is None:
-            self._pause_warned.pop(spec.key, None)
+            self._pause_warned.pop(spec.ident, None)
             return
-        if self._pause_warned.get(spec.key) == bad:
+        if self._pause_warned.get(spec.ident) == bad:
             return
-        self._pause_warned[spec.key] = bad
+        self._pause_warned[spec.ident] = bad
         logger.warning("Check %s: ignoring %s=%r: not an RFC 3339 time with an offset (e.g. "
                        "2026-12-02T06:00:00Z); the check is not paused", spec.key, pause.PAUSED_UNTIL, bad)
-        self.services.events.pause_ignored(ObjectRef(KIND_CHECK, spec.namespace, spec.name, spec.uid),
-                                           pause.PAUSED_UNTIL, bad)
+        self.services.events.pause_ignored(_ref(kind, spec), pause.PAUSED_UNTIL, bad)
 
     def _first_dues(self, specs: list[CheckSpec], continuity: bool) -> dict[str, float]:
         now, wall = self._clock(), self._wall()
@@ -287,51 +361,83 @@ class Controller(BackgroundThread):
         for spec in specs:
             last = None
             if continuity:
-                state = self.services.khstates.get(spec.namespace, spec.name)
+                state = self.services.kinds.of(spec).states.get(spec.namespace, spec.name)
                 last = parse_time(khstate.Spec.of(state).last_run) if state is not None else None
             if last is not None and last + spec.run_interval > wall:
-                dues[spec.key] = now + min(spec.run_interval, last + spec.run_interval - wall)
+                dues[spec.ident] = now + min(spec.run_interval, last + spec.run_interval - wall)
             else:
                 overdue.append(spec)
         dues.update(spread(overdue, now))
         return dues
 
     def _recover_jobs(self) -> None:
-        """khjobs left Running by a previous leader: finished (its run reported) or reset to run again."""
-        for job in self.services.khjobs.list():
-            if str((job.get("spec") or {}).get("phase") or "") != "Running" or key_of(job) in self.jobs:
-                continue
-            meta = job.get("metadata") or {}
-            ns, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
-            state = self.services.khstates.get(ns, name)
-            done = state is not None and bool(khstate.reported_uuid(state)) and \
-                khstate.reported_uuid(state) == khstate.Spec.of(state).uuid
-            phase = "Completed" if done else ""
-            try:
-                self.services.resources.merge_patch(KHJOBS, ns, name, {"spec": {"phase": phase}})
-                logger.info("Job %s/%s was left Running by a previous leader: %s", ns, name,
-                            "its run had reported; marked Completed" if done else "reset to run again")
-            except ApiError as e:
-                logger.warning("Job %s/%s was left Running; cannot recover it yet: %s", ns, name, e)
+        """Run-once checks (khjobs) left Running by a previous leader: finished (its run reported) or
+        reset to run again."""
+        for kind in self.services.kinds:
+            if kind.runs_once:
+                for job in kind.checks.list():
+                    if str((job.get("spec") or {}).get("phase") or "") == "Running" and \
+                            kind.ident_of(job) not in self.jobs:
+                        self._recover_job(kind, job)
 
-    def _spec(self, obj: Obj) -> CheckSpec:
-        """Parse a khcheck once per version (a bad runInterval is then logged once, not per reconcile)."""
-        key, rv = key_of(obj), str((obj.get("metadata") or {}).get("resourceVersion") or "")
-        cached = self._specs.get(key)
+    def _recover_job(self, kind: Kind, job: Obj) -> None:
+        meta = job.get("metadata") or {}
+        ns, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+        state = kind.states.get(ns, name)
+        done = state is not None and bool(khstate.reported_uuid(state)) and \
+            khstate.reported_uuid(state) == khstate.Spec.of(state).uuid
+        phase = "Completed" if done else ""
+        try:
+            self.services.resources.merge_patch(kind.resource, ns, name, {"spec": {"phase": phase}})
+            logger.info("Job %s/%s was left Running by a previous leader: %s", ns, name,
+                        "its run had reported; marked Completed" if done else "reset to run again")
+        except ApiError as e:
+            logger.warning("Job %s/%s was left Running; cannot recover it yet: %s", ns, name, e)
+
+    def _spec(self, kind: Kind, obj: Obj) -> CheckSpec | None:
+        """Parse a check once per version: a bad runInterval is logged once, not per reconcile; a spec
+        that cannot run (SpecProblem) is logged and raised as an Event once per version, and not run."""
+        meta = obj.get("metadata") or {}
+        # the spec's version: its generation where the API server keeps one (a status write leaves it)
+        generation = meta.get("generation")
+        rv = (f"{meta.get('uid')}/{generation}" if isinstance(generation, int)
+              else str(meta.get("resourceVersion") or ""))
+        ident = kind.ident_of(obj)
+        cached = self._specs.get(ident)
         if cached is None or cached[0] != rv or not rv:
-            cached = (rv, CheckSpec.of(obj))
-            self._specs[key] = cached
-        return cached[1]
+            try:
+                cached = (rv, kind.parse(obj))
+            except SpecProblem as e:
+                cached = (rv, e)
+                meta = obj.get("metadata") or {}
+                logger.error("Check %s/%s is not run: %s", meta.get("namespace"), meta.get("name"), e)
+                self.services.events.spec_invalid(ObjectRef(kind.event_kind, str(meta.get("namespace") or ""),
+                                                            str(meta.get("name") or ""), str(meta.get("uid") or ""),
+                                                            kind.resource.api_version), str(e))
+            self._specs[ident] = cached
+        return cached[1] if isinstance(cached[1], CheckSpec) else None
 
     def _reconcile_jobs(self) -> None:
-        for key, worker in list(self.jobs.items()):
+        for ident, worker in list(self.jobs.items()):
             if not worker.is_alive():
-                del self.jobs[key]
-        for job in self.services.khjobs.list():
-            key = key_of(job)
-            if key in self.jobs or str((job.get("spec") or {}).get("phase") or ""):
+                del self.jobs[ident]
+        for kind in self.services.kinds:
+            if not kind.runs_once:
                 continue
-            worker = JobWorker(self.services, job, self._runner, self._clock)
-            self.jobs[key] = worker
-            worker.start()
-            logger.info("Job %s started", key)
+            for job in kind.checks.list():
+                ident = kind.ident_of(job)
+                if ident in self.jobs or str((job.get("spec") or {}).get("phase") or ""):
+                    continue
+                try:
+                    spec = kind.parse(job)
+                except SpecProblem as e:
+                    logger.error("Job %s is not run: %s", ident, e)
+                    continue
+                worker = JobWorker(self.services, spec, self._runner, self._clock)
+                self.jobs[ident] = worker
+                worker.start()
+                logger.info("Job %s started", spec.key)
+
+
+def _ref(kind: Kind, spec: CheckSpec) -> ObjectRef:
+    return ObjectRef(kind.event_kind, spec.namespace, spec.name, spec.uid, kind.resource.api_version)

@@ -2,9 +2,11 @@
 
 Two background parts, each one named thread on its own interval:
   CheckReaper  (checkReaperRunInterval) deletes finished checker pods beyond the per-check counts or
-               older than maxCheckPodAge, and Completed khjobs older than maxKHJobAge.
-  StateReaper  (stateReaperInterval) deletes khstates that have neither a khcheck nor a khjob of the
-               same namespace/name.
+               older than maxCheckPodAge, and Completed run-once checks (khjobs) older than maxKHJobAge.
+  StateReaper  (stateReaperInterval) deletes state objects (khstates) that no check of a kind keeping
+               its state there has the namespace/name of (neither a khcheck nor a khjob).
+Kind-blind: which kinds run once and where states live is their Kind's (records/kinds.py); a
+HealthCheck keeps its state in itself, so it leaves nothing to reap.
 Both decide from the informer caches (no list calls) with pure functions that tests drive without I/O,
 and delete with the object's uid as a precondition, so a same-named successor is never hit. The state
 reaper confirms every candidate with a GET of the khcheck and the khjob first: a cache that lags
@@ -14,7 +16,7 @@ Semantics follow Kuberhealthy v2.7.1's reaper, with these deliberate differences
   * maxCheckPodAge and maxKHJobAge are honoured as configured (the contract: "older than this are
     deleted"); v2 silently raised them to at least 30s and 5m. Only the count-based clean-up keeps
     a pod that finished less than 30s ago, since its run may still be reading it.
-  * The keep-counts apply per check (namespace + `kuberhealthy-check-name` label) and per phase:
+  * The keep-counts apply per check (its ident: checkpod.pod_check_index) and per phase:
     the newest maxCompletedPodCount Succeeded and the newest maxErrorPodCount Failed pods are kept,
     newest by creation time. v2 only applied either count once a check had more than
     maxCompletedPodCount finished pods in total, so maxErrorPodCount could silently not apply.
@@ -37,9 +39,10 @@ from kuberhealthy.base.config import Config
 from kuberhealthy.base.errors import ApiError, NotFound
 from kuberhealthy.base.threads import PeriodicThread
 from kuberhealthy.base.times import parse_time
-from kuberhealthy.kube import KHCHECKS, KHJOBS, KHSTATES, PODS, Obj, Resource, key_of
+from kuberhealthy.kube import PODS, Cache, Obj, Resource, key_of
 from kuberhealthy.needs import ReaperNeeds
-from kuberhealthy.records.checkpod import CHECK_NAME_LABEL
+from kuberhealthy.records.checkpod import pod_check_index
+from kuberhealthy.records.kinds import Kind
 
 logger = logging.getLogger(__name__)
 
@@ -114,10 +117,10 @@ def pods_to_reap(pods: Iterable[Obj], now: float, limits: Limits) -> list[Doomed
     for pod in pods:
         meta = pod.get("metadata") or {}
         phase = (pod.get("status") or {}).get("phase")
-        check = (meta.get("labels") or {}).get(CHECK_NAME_LABEL)
-        if phase not in FINISHED_PHASES or not check or meta.get("deletionTimestamp"):
+        checks = pod_check_index(pod)
+        if phase not in FINISHED_PHASES or not checks or meta.get("deletionTimestamp"):
             continue
-        groups[(str(meta.get("namespace") or ""), str(check), str(phase))].append(pod)
+        groups[(str(meta.get("namespace") or ""), checks[0], str(phase))].append(pod)
 
     doomed: list[Doomed] = []
     for (_ns, _check, phase), members in sorted(groups.items()):
@@ -152,10 +155,10 @@ def khjobs_to_reap(jobs: Iterable[Obj], now: float, limits: Limits) -> list[Doom
     return doomed
 
 
-def orphan_states(states: Iterable[Obj], check_keys: set[str], job_keys: set[str]) -> list[Doomed]:
-    """khstates whose `namespace/name` is neither a known khcheck nor a known khjob."""
+def orphan_states(states: Iterable[Obj], *owner_keys: set[str]) -> list[Doomed]:
+    """State objects whose `namespace/name` is the key of no check that keeps its state there."""
     return [Doomed.of(s, "no khcheck or khjob of the same name") for s in states
-            if key_of(s) not in check_keys and key_of(s) not in job_keys
+            if not any(key_of(s) in keys for keys in owner_keys)
             and not (s.get("metadata") or {}).get("deletionTimestamp")]
 
 
@@ -219,11 +222,13 @@ class CheckReaper(_Periodic):
                     return deleted
                 if self._delete(s, PODS, d):
                     deleted.append(d)
-        if s.khjobs.synced.is_set():
-            for d in khjobs_to_reap(s.khjobs.list(), now, self.limits):
+        for kind in s.kinds:
+            if not kind.runs_once or not kind.checks.synced.is_set():
+                continue
+            for d in khjobs_to_reap(kind.checks.list(), now, self.limits):
                 if self._stop.is_set():
                     return deleted
-                if self._delete(s, KHJOBS, d):
+                if self._delete(s, kind.resource, d):
                     deleted.append(d)
         return deleted
 
@@ -240,31 +245,36 @@ class StateReaper(_Periodic):
     def reap_once(self) -> list[Doomed]:
         """One pass: candidates from the caches, each confirmed against the API; returns what was deleted."""
         s = self.services
-        if not all(r.synced.is_set() for r in (s.khchecks, s.khjobs, s.khstates)):
-            logger.debug("%s: caches not synced yet; skipping this cycle", self.thread_name)
-            return []
-        checks = {key_of(o) for o in s.khchecks.list()}
-        jobs = {key_of(o) for o in s.khjobs.list()}
         deleted: list[Doomed] = []
-        for d in orphan_states(s.khstates.list(), checks, jobs):
-            if self._stop.is_set():
-                break
-            if self._confirmed_orphan(d) and self._delete(s, KHSTATES, d):
-                deleted.append(d)
+        stores: dict[str, tuple[Resource, Cache, list[Kind]]] = {}  # state resource -> its cache and owners
+        for kind in s.kinds:
+            if kind.state_resource is not None:
+                entry = stores.setdefault(kind.state_resource.plural, (kind.state_resource, kind.states, []))
+                entry[2].append(kind)
+        for res, states, owners in stores.values():
+            if not all(c.synced.is_set() for c in (states, *(k.checks for k in owners))):
+                logger.debug("%s: caches not synced yet; skipping this cycle", self.thread_name)
+                continue
+            keys = [{key_of(o) for o in k.checks.list()} for k in owners]
+            for d in orphan_states(states.list(), *keys):
+                if self._stop.is_set():
+                    break
+                if self._confirmed_orphan(d, owners) and self._delete(s, res, d):
+                    deleted.append(d)
         return deleted
 
-    def _confirmed_orphan(self, d: Doomed) -> bool:
-        """True only when the API itself says neither the khcheck nor the khjob exists."""
-        for res in (KHCHECKS, KHJOBS):
+    def _confirmed_orphan(self, d: Doomed, owners: list[Kind]) -> bool:
+        """True only when the API itself says no check of those kinds has that name."""
+        for kind in owners:
             try:
-                self.services.resources.get(res, d.namespace, d.name)
+                self.services.resources.get(kind.resource, d.namespace, d.name)
             except NotFound:
                 continue
             except ApiError as e:
-                logger.warning("%s: cannot confirm khstate %s/%s is orphaned (%s); keeping it",
+                logger.warning("%s: cannot confirm state %s/%s is orphaned (%s); keeping it",
                                self.thread_name, d.namespace, d.name, e)
                 return False
-            logger.debug("%s: %s %s/%s exists (cache lag); keeping its khstate", self.thread_name,
-                         res.plural, d.namespace, d.name)
+            logger.debug("%s: %s %s/%s exists (cache lag); keeping its state", self.thread_name,
+                         kind.resource.plural, d.namespace, d.name)
             return False
         return True

@@ -1,4 +1,8 @@
-"""The threads that run one check on its schedule (CheckWorker) or one khjob once (JobWorker).
+"""The threads that run one check on its schedule (CheckWorker) or a run-once check once (JobWorker).
+
+Workers are kind-blind: where a check's object and state live is its Kind's (records/kinds.py). A
+check whose spec says it runs only once (`single_run_only`) is a CheckWorker that ends after its first
+judged run.
 
 The controller (controller.py) decides which workers exist; a worker decides when its check runs
 and hands each run to a Runner (runner.py), which knows how. Stopping a worker also ends its current
@@ -15,7 +19,6 @@ from collections.abc import Callable
 
 from kuberhealthy.base.errors import ApiError, is_transient
 from kuberhealthy.base.threads import BackgroundThread
-from kuberhealthy.kube import KHJOBS, Obj
 from kuberhealthy.needs import ControlNeeds
 from kuberhealthy.outputs.runstats import SKIP_API
 from kuberhealthy.records import khstate, pause, runnow
@@ -25,6 +28,7 @@ from kuberhealthy.run.runner import Outcome, Runner, RunResult
 logger = logging.getLogger(__name__)
 
 RunnerFactory = Callable[[ControlNeeds, CheckSpec, threading.Event], Runner]
+JUDGED = (Outcome.REPORTED, Outcome.FAILED)  # runs that count as the check having run
 PAUSE_WAIT_MAX = 86400.0  # seconds one wait of a pause lasts at most (9999-12-31 is past threading.TIMEOUT_MAX)
 
 
@@ -36,6 +40,7 @@ class _Worker(BackgroundThread):
         self.services = services
         self.supervised_by(services.deaths)
         self.spec = spec
+        self.kind = services.kinds.of(spec)
         self._runner = runner
         self._current: Runner | None = None  # the run in progress, to wake on stop
 
@@ -87,6 +92,7 @@ class CheckWorker(_Worker):
         self._requested = False  # a run-now waits to start (under _lock)
         self._running = False  # a run is in flight (under _lock)
         self.paused_until: float | None = None  # the pause this worker is waiting out (wall seconds)
+        self.finite = spec.single_run_only  # its end after the one run is no death
 
     def stop(self) -> None:
         super().stop()
@@ -107,7 +113,7 @@ class CheckWorker(_Worker):
         self._wake.set()
 
     def _pause(self) -> pause.Pause | None:
-        return pause.active(self.services.khchecks.get(self.spec.namespace, self.spec.name), self._wall())
+        return pause.active(self.kind.checks.get(self.spec.namespace, self.spec.name), self._wall())
 
     def _next(self, due: float) -> str | None:
         """Wait until a run is due, requested or resumed (which of them), or the stop (None).
@@ -155,13 +161,15 @@ class CheckWorker(_Worker):
             if requested:
                 self.requested_runs += 1
                 logger.info("Check %s: running now, as requested", self.spec.key)
-                if runnow.requested(self.services.khchecks.get(self.spec.namespace, self.spec.name)) is not None:
-                    runnow.clear(self.services.resources, self.spec.namespace, self.spec.name,
-                                 current=self.services.khchecks.get(self.spec.namespace, self.spec.name))
+                current = self.kind.checks.get(self.spec.namespace, self.spec.name)
+                if runnow.requested(current) is not None:
+                    runnow.clear(self.services.resources, self.spec.namespace, self.spec.name, current=current,
+                                 resource=self.kind.resource)
             elif why == self.DUE:
                 self.services.stats.schedule_lag.observe(max(0.0, started - due))
+            result: RunResult | None = None
             try:
-                self._run_once()
+                result = self._run_once()
             except Exception as e:  # the run could not even record its failure: log, keep the schedule
                 logger.exception("Check %s: run crashed", self.spec.key)
                 if not self._stop.is_set():
@@ -169,6 +177,9 @@ class CheckWorker(_Worker):
             with self._lock:
                 self._running = False
             self.runs += 1
+            if self.spec.single_run_only and result is not None and result.outcome in JUDGED:
+                logger.info("Check %s ran once, as its spec says: no more runs", self.spec.key)
+                return
             due = (due if why == self.DUE and not requested else started) + self.spec.run_interval
             now = self._clock()
             if due < now - self.spec.run_interval:  # a whole interval behind: start over from now
@@ -177,21 +188,20 @@ class CheckWorker(_Worker):
     def _record_crash(self, e: Exception) -> None:
         try:
             write = khstate.RunWrite(self.services.resources, self.spec.namespace, self.spec.name, "",
-                                     self.services.config.pod_name, self.spec.workload)
+                                     self.services.config.pod_name, self.spec.workload, store=self.kind.store)
             khstate.record_error(write, [f"Check execution error: {self.spec.key}: {e}"])
         except Exception:  # this worker must outlive whatever went wrong; the next run tries again
             logger.exception("Check %s: could not record the crash in its khstate", self.spec.key)
 
 
 class JobWorker(_Worker):
-    """A khjob runs once: phase "" → Running → (the run) → Completed."""
+    """A check of a run-once kind (a khjob) runs once: its `spec.phase` "" → Running → (the run) → Completed."""
 
     PHASE_RETRY = 30.0  # seconds spent retrying a phase write while the API is away
     finite = True
 
-    def __init__(self, services: ControlNeeds, job: Obj, runner: RunnerFactory = Runner,
+    def __init__(self, services: ControlNeeds, spec: CheckSpec, runner: RunnerFactory = Runner,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        spec = CheckSpec.of_job(job)
         super().__init__(services, spec, runner, f"kh-job-{spec.key}")
         self._clock = clock
 
@@ -200,7 +210,7 @@ class JobWorker(_Worker):
         delay = 0.2
         while True:
             try:
-                self.services.resources.merge_patch(KHJOBS, self.spec.namespace, self.spec.name,
+                self.services.resources.merge_patch(self.kind.resource, self.spec.namespace, self.spec.name,
                                                     {"spec": {"phase": phase}})
                 return
             except ApiError as e:

@@ -18,10 +18,12 @@ from kuberhealthy.base.errors import ApiError, NotFound
 from kuberhealthy.base.notify import Notifier
 from kuberhealthy.base.threads import Deaths
 from kuberhealthy.control.controller import Controller
+from kuberhealthy.control.finalizers import Finalizers, wakeups
 from kuberhealthy.control.leader import Candidacy, ForcedLeader, LeaderElector
 from kuberhealthy.control.reaper import CheckReaper, StateReaper
 from kuberhealthy.kube import (
     EVENTS,
+    HEALTHCHECKS,
     KHCHECKS,
     KHJOBS,
     KHSTATES,
@@ -33,19 +35,23 @@ from kuberhealthy.kube import (
     Resources,
     Selection,
 )
+from kuberhealthy.kube.mappedcache import MappedCache
 from kuberhealthy.kube.resources import PodLogFollow
 from kuberhealthy.needs import CacheState, Part
-from kuberhealthy.outputs.events import EventRecorder
+from kuberhealthy.outputs.events import EventRecorder, ObjectRef
 from kuberhealthy.outputs.heldreports import HeldReports
 from kuberhealthy.outputs.influx import InfluxForwarder
 from kuberhealthy.outputs.runstats import SchedulingMetrics
 from kuberhealthy.outputs.schemacheck import SchemaCheck
+from kuberhealthy.records import hcstate, kinds, migration
 from kuberhealthy.records.checkpod import (
     CHECK_POD_SELECTOR,
     CHECK_POD_STORAGE,
     RUN_ID_LABEL,
     slim_pod,
 )
+from kuberhealthy.records.statestore import HealthCheckStore
+from kuberhealthy.records.v3lease import V3_LEASE_NAME, V3LeaseGate
 
 logger = logging.getLogger(__name__)
 
@@ -69,11 +75,27 @@ class Services:
         self.khjobs = Reflector(kube, KHJOBS, everything, notifier=self.notifier, name="kh-reflector-khjobs")
         self.pods = Reflector(kube, PODS, Selection(ns, CHECK_POD_SELECTOR), notifier=self.notifier,
                               storage=CHECK_POD_STORAGE, name="kh-reflector-pods")
-        self.reflectors = [self.khchecks, self.khstates, self.khjobs, self.pods]
-        for cache, res in ((self.khchecks, KHCHECKS), (self.khstates, KHSTATES), (self.khjobs, KHJOBS)):
+        # HealthChecks (Kuberhealthy v3's kind): optional, an install upgraded without their CRD runs on
+        self.healthchecks = Reflector(kube, HEALTHCHECKS, everything, notifier=self.notifier,
+                                      name="kh-reflector-healthchecks").optional(self._healthchecks_missing)
+        # v3's own Lease: while another controller holds it, no HealthCheck runs here
+        self.v3_leases = Reflector(kube, LEASES, Selection(config.pod_namespace,
+                                                           field_selector=f"metadata.name={V3_LEASE_NAME}"),
+                                   notifier=self.notifier, name="kh-reflector-v3-lease")
+        self.reflectors = [self.khchecks, self.khstates, self.khjobs, self.pods, self.healthchecks]
+        for cache, res in ((self.khchecks, KHCHECKS), (self.khstates, KHSTATES), (self.khjobs, KHJOBS),
+                           (self.healthchecks, HEALTHCHECKS)):
             self.resources.on_written(res, cache.observe)  # our writes are in our caches at once
+        self.hc_store = HealthCheckStore(self.healthchecks, self._state_not_kept)
+        self.v3_gate = V3LeaseGate(self.v3_leases, config.pod_namespace, config.leader_election.lease_name,
+                                   lambda: self.config.pod_name)
+        self.kinds = kinds.standard(
+            lambda: self.config, kinds.V2Caches(self.khchecks, self.khjobs, self.khstates),
+            kinds.V3Parts(self.healthchecks, MappedCache(self.healthchecks, hcstate.view), self.hc_store,
+                          self.v3_gate.reason),
+            superseded=lambda obj: migration.migrated(obj, self.healthchecks))
         self.deaths = Deaths()  # every thread of the daemon reports an unexpected end here
-        for r in self.reflectors:
+        for r in (*self.reflectors, self.v3_leases):
             r.supervised_by(self.deaths)
         self.fatal = threading.Event()  # set when a part died unexpectedly: the process must stop
         self.on_fatal: Callable[[], None] | None = None  # called once when that happens
@@ -174,6 +196,25 @@ class Services:
         except NotFound:
             return None
 
+    def _healthchecks_missing(self, missing: bool) -> None:
+        if missing:
+            logger.warning("The HealthCheck CRD (healthchecks.kuberhealthy.github.io) is not installed: khchecks "
+                           "run, HealthChecks cannot be created. Helm never upgrades CRDs: apply "
+                           "helm/kuberhealthy/crds/kuberhealthy.github.io_healthchecks.yaml (kubectl apply -f) to "
+                           "add it")
+            self.events.state_not_kept(
+                ObjectRef("Pod", self.config.pod_namespace, self.config.pod_name, "", "v1"),
+                "The HealthCheck CRD is not installed: HealthChecks cannot run until it is. Helm never upgrades "
+                "CRDs: kubectl apply -f the chart's crds/kuberhealthy.github.io_healthchecks.yaml")
+        else:
+            logger.info("The HealthCheck CRD is installed now: HealthChecks run")
+        controller = self.controller
+        if controller is not None:
+            controller.kinds_changed()
+
+    def _state_not_kept(self, hc: Obj, what: str) -> None:
+        self.events.state_not_kept(ObjectRef.of(hc), what)
+
     def read_khstate(self, namespace: str, name: str, timeout: float) -> Obj | None:
         """One bounded read of a khstate (the report handler's, when the cache lags the run's claim)."""
         try:
@@ -201,22 +242,32 @@ class Services:
 
     def cache_status(self) -> list[CacheState]:
         """(cache, current, seconds not current) for each cache: readiness body and metrics."""
-        return [(r.plural, r.is_current(), r.stale_seconds()) for r in self.reflectors]
+        return [(r.plural, r.is_current(), r.stale_seconds()) for r in self.reflectors if not r.missing.is_set()]
 
     def ready(self) -> bool:
-        """Every cache has synced once since start. It stays true through an API outage: every replica
-        shares the API server, so pulling them all out of the Service would only drop reports."""
-        return all(r.synced.is_set() for r in self.reflectors)
+        """Every cache has synced once since start (an optional one whose CRD is missing is not waited
+        for). It stays true through an API outage: every replica shares the API server, so pulling them
+        all out of the Service would only drop reports."""
+        return all(r.synced.is_set() or r.missing.is_set() for r in self.reflectors)
 
     # --- lifecycle ---------------------------------------------------------------------------------
 
     def start_caches(self) -> None:
-        for r in self.reflectors:
+        for r in (*self.reflectors, self.v3_leases):
             r.start()
 
     def wait_synced(self, timeout: float) -> bool:
         deadline = self.clock() + timeout
-        return all(r.synced.wait(max(0.0, deadline - self.clock())) for r in self.reflectors)
+
+        def synced(r: Reflector) -> bool:
+            """Synced, or known missing (an optional cache's CRD: looked at every half second)."""
+            while not r.synced.is_set() and not r.missing.is_set():
+                left = deadline - self.clock()
+                if left <= 0:
+                    return False
+                r.synced.wait(min(0.5, left))
+            return True
+        return all(synced(r) for r in self.reflectors)
 
     def start(self) -> None:
         self.start_caches()
@@ -257,9 +308,9 @@ class Services:
                 part.join(max(0.1, deadline - self.clock()))
             except Exception:  # shutdown must go on whatever one part does
                 logger.exception("Error stopping %s", type(part).__name__)
-        for r in self.reflectors:
+        for r in (*self.reflectors, self.v3_leases):
             r.stop()
-        for r in self.reflectors:
+        for r in (*self.reflectors, self.v3_leases):
             r.join(max(0.1, deadline - self.clock()))
         if self._supervisor is not None:
             self._supervisor.join(max(0.1, deadline - self.clock()))
@@ -279,11 +330,14 @@ def build(config: Config, kube: Kube) -> Services:
         services.influx = InfluxForwarder(config)
         services.add_part(services.influx)
 
+    finalizer_wake = wakeups(services)
+
     def leader_parts() -> list[Part]:
-        return [CheckReaper(services), StateReaper(services)]
+        return [CheckReaper(services), StateReaper(services), Finalizers(services, finalizer_wake)]
 
     controller = Controller(services, leader_parts)
     services.controller = controller
+    services.v3_leases.add_listener(lambda *_: controller.kinds_changed())
     services.elector = make_elector(controller, services, config)
     # Started in this order, stopped in reverse: the controller stops its checks first, then the
     # elector releases the Lease, then Influx flushes.

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kuberhealthy.base.copies import json_copy
-from kuberhealthy.base.errors import ApiError, Gone, KuberhealthyError
+from kuberhealthy.base.errors import ApiError, Gone, KuberhealthyError, NotFound
 from kuberhealthy.base.notify import Notifier, Topic
 from kuberhealthy.base.threads import BackgroundThread
 from kuberhealthy.kube.client import Kube, Obj
@@ -62,6 +62,7 @@ WATCH_SECONDS = 20  # server closes the watch after about this (jittered up to +
 READ_GRACE = 5.0  # seconds past the server's timeout before a silent stream counts as dead
 BACKOFF_FIRST = 0.2  # seconds
 BACKOFF_MAX = 2.0  # seconds: an API server back after an outage is seen within this
+MISSING_RETRY = 30.0  # seconds between lists of an optional resource whose CRD is not installed
 
 
 @dataclass(frozen=True)
@@ -119,6 +120,8 @@ class Reflector(BackgroundThread):
                  notifier: Notifier | None = None, storage: Storage = Storage(), name: str | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__(name or f"kh-reflector-{resource.plural}")
+        self._on_missing: Callable[[bool], None] | None = None  # optional(): the resource may not exist
+        self.missing = threading.Event()
         self._kube = kube
         self._res = resource
         self.plural = resource.plural
@@ -146,6 +149,13 @@ class Reflector(BackgroundThread):
         self._recovered_at: float | None = None  # when it last became current again after that
         self.relists = 0
         self.watch_errors = 0
+
+    def optional(self, on_missing: Callable[[bool], None]) -> Reflector:
+        """Make the resource optional: a 404 on its list means its CRD is not installed. Then `missing`
+        is set, on_missing(True) is called once, and the list is tried again every MISSING_RETRY seconds
+        (on_missing(False) when it appears). Readiness does not wait for a missing resource."""
+        self._on_missing = on_missing
+        return self
 
     # --- reading ---------------------------------------------------------------------------------
 
@@ -176,8 +186,9 @@ class Reflector(BackgroundThread):
     # --- freshness ---------------------------------------------------------------------------------
 
     def is_current(self) -> bool:
-        """True while the last list or watch open succeeded and no error has happened since."""
-        return self._current
+        """True while the last list or watch open succeeded and no error has happened since (or the
+        resource is optional and missing: there is nothing to be behind on)."""
+        return self._current or self.missing.is_set()
 
     def stale_seconds(self) -> float:
         """How long the cache has not been current (0 while it is)."""
@@ -228,6 +239,14 @@ class Reflector(BackgroundThread):
                     continue
                 failures += 1  # ended at once with nothing said: not a healthy stream; back off
                 logger.debug("%s: watch ended at once; retrying in %.1fs", self.name, backoff)
+            except NotFound:
+                if self._on_missing is None or self._rv is not None:
+                    raise
+                if not self.missing.is_set():
+                    self.missing.set()
+                    self._on_missing(True)
+                self._stop.wait(MISSING_RETRY)
+                continue
             except Gone:
                 logger.info("%s: resourceVersion expired; re-listing", self.name)
                 self._rv = None
@@ -267,6 +286,10 @@ class Reflector(BackgroundThread):
 
     def _relist(self) -> None:
         items, rv = self._resources.list(self._res, self._namespace, self._selector, self._fields)
+        if self.missing.is_set():
+            self.missing.clear()
+            if self._on_missing is not None:
+                self._on_missing(False)
         fresh = {key_of(o): self._prepare(o) for o in items}
         with self._change_lock:
             with self._lock:

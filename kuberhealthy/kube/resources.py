@@ -46,6 +46,12 @@ class Resource:
     group: str = ""
     version: str = "v1"
     namespaced: bool = True
+    subresource: str = ""  # "status": reads and writes of one object go to its status subresource
+
+    def status(self) -> Resource:
+        """The same resource, one object's reads and writes through its status subresource (a write
+        changes only the status; an object cannot be created there)."""
+        return Resource(self.plural, self.group, self.version, self.namespaced, "status")
 
     @property
     def api_version(self) -> str:
@@ -58,6 +64,7 @@ class Resource:
         base += f"/{self.plural}"
         if name:
             base += f"/{name}"
+            sub = sub or self.subresource or None
         if sub:
             base += f"/{sub}"
         return base
@@ -287,6 +294,8 @@ class Resources:
 
         Each request waits at most `bounds.timeout` seconds, and none starts after `bounds.deadline`.
         Errors other than 409 are raised to the caller, which knows whether a retry makes sense.
+        Through a subresource (`res.status()`) a missing object is never created (`mutate(None)` is still
+        asked, and must answer None).
         """
         waiter = stop or threading.Event()
         delay = 0.02
@@ -313,6 +322,8 @@ class Resources:
                 return current
             try:
                 if current is None:
+                    if res.subresource:
+                        raise ValueError(f"cannot create {res.plural} {namespace}/{name} through /{res.subresource}")
                     return self.create(res, namespace, desired, timeout=budget())
                 return self.replace(res, namespace, name, desired, timeout=budget())
             except Conflict:

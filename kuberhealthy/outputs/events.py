@@ -6,6 +6,8 @@ Reasons (docs/interface.md#events):
   CheckRunRequested  Normal   someone asked for a run now (annotation or HTTP)
   ReportRejected     Warning  a report for the check was refused; the message says why
   PauseIgnored       Warning  the paused-until annotation holds no RFC 3339 time (records/pause.py)
+  SpecInvalid        Warning  a HealthCheck's spec cannot be run; the message names the field
+  StateNotKept       Warning  the installed CRD drops status fields of ours; the message says what is lost
 
 Callers (a run, a report handler) only queue: `record()` never blocks and never raises. One sender
 thread turns the queue into core/v1 Events. Like client-go's recorder, an event the same as one sent
@@ -62,6 +64,8 @@ CHECK_RECOVERED = "CheckRecovered"
 CHECK_RUN_REQUESTED = "CheckRunRequested"
 REPORT_REJECTED = "ReportRejected"
 PAUSE_IGNORED = "PauseIgnored"
+SPEC_INVALID = "SpecInvalid"
+STATE_NOT_KEPT = "StateNotKept"
 
 QUEUE_EVENTS = 1000  # events waiting to be sent; more are dropped
 CACHE_ENTRIES = 4096  # events remembered for counting (client-go: maxLruCacheEntries)
@@ -237,6 +241,12 @@ class EventRecorder(BackgroundThread):
     def pause_ignored(self, ref: ObjectRef, annotation: str, value: str) -> bool:
         return self.record(ref, WARNING, PAUSE_IGNORED, f"{annotation}={value[:200]!r} is not an RFC 3339 time "
                            f"with an offset (e.g. 2026-12-02T06:00:00Z): ignored, the check is not paused")
+
+    def spec_invalid(self, ref: ObjectRef, problem: str) -> bool:
+        return self.record(ref, WARNING, SPEC_INVALID, f"not run: {problem[:900]}")
+
+    def state_not_kept(self, ref: ObjectRef, what: str) -> bool:
+        return self.record(ref, WARNING, STATE_NOT_KEPT, what[:1000])
 
     def report_rejected(self, ref: ObjectRef, reason: str) -> bool:
         """Damped (module docstring): True when queued or counted onto the next one, False if dropped."""

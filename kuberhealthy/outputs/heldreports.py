@@ -52,6 +52,7 @@ class Held:
     received: dt.datetime  # becomes LastRun: when the checker reported, not when we could write
     expires: float  # wall-clock unix seconds (the run's KH_CHECK_RUN_DEADLINE, plus a little)
     binding: khstate.TokenBinding | None = field(default=None)  # as judged when it was accepted
+    store: khstate.StateStore = field(default=khstate.KHSTATE_STORE)  # where the check's state lives
 
 
 class HeldReports(BackgroundThread):
@@ -116,7 +117,7 @@ class HeldReports(BackgroundThread):
             return
         try:
             write = khstate.RunWrite(self._res, held.namespace, held.check, held.run_uuid, self._pod_name(),
-                                     bounds=Bounds(WRITE_TIMEOUT))
+                                     bounds=Bounds(WRITE_TIMEOUT), store=held.store)
             khstate.record_report(write, held.ok, list(held.errors), now=held.received, binding=held.binding)
         except khstate.RunFinished:
             logger.warning("Held report of run %s for %s/%s dropped: the run was finished meanwhile",

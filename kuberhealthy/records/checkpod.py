@@ -19,7 +19,7 @@ from kuberhealthy.checkclient import ENV_REPORTING_URL as KH_REPORTING_URL
 from kuberhealthy.checkclient import ENV_RUN_UUID as KH_RUN_UUID
 from kuberhealthy.checkclient import ENV_TOKEN_FILE as KH_REPORT_TOKEN_FILE
 from kuberhealthy.kube.reflector import Storage
-from kuberhealthy.records.checkspec import KIND_HEALTHCHECK, CheckSpec
+from kuberhealthy.records.checkspec import HC_PREFIX, KIND_HEALTHCHECK, CheckSpec, ident
 
 RUN_ID_LABEL = "kuberhealthy-run-id"
 CHECK_NAME_LABEL = "kuberhealthy-check-name"
@@ -179,7 +179,8 @@ def slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
     slim_meta["namespace"] = _interned(meta.get("namespace"))
     slim_meta["labels"] = _interned_map(meta.get("labels"))
     annotations = meta.get("annotations") or {}
-    kept = {k: _interned(annotations[k]) for k in (CHECK_NAME_ANNOTATION,) if k in annotations}
+    kept = {k: _interned(annotations[k]) for k in (CHECK_NAME_ANNOTATION, V3_CHECK_NAME_ANNOTATION)
+            if k in annotations}
     if RUN_KEY_ANNOTATION in annotations:
         kept[RUN_KEY_ANNOTATION] = str(annotations[RUN_KEY_ANNOTATION])
     if kept:
@@ -227,10 +228,26 @@ def pod_ip_index(pod: dict[str, Any]) -> list[str]:
     return sorted(ips)
 
 
-def pod_check_index(pod: dict[str, Any]) -> list[str]:
+def pod_check(pod: dict[str, Any]) -> tuple[str, str, str] | None:
+    """(namespace, name, ident prefix) of the check a checker pod belongs to; None for none.
+
+    A HealthCheck's pod: labelled `healthcheck=<name>` (v3's label) and either without our check-name
+    label (a pod upstream v3 created) or with the `kuberhealthyCheckName` annotation of the same name
+    (ours). Else the `kuberhealthy-check-name` label names a khcheck or khjob (a khcheck's author may
+    put a `healthcheck` label on its pods: that alone does not make them a HealthCheck's)."""
     meta = pod.get("metadata") or {}
-    check = (meta.get("labels") or {}).get(CHECK_NAME_LABEL)
-    return [f"{meta.get('namespace')}/{check}"] if check else []
+    labels = meta.get("labels") or {}
+    namespace = str(meta.get("namespace") or "")
+    v3_name, name = labels.get(V3_CHECK_LABEL), labels.get(CHECK_NAME_LABEL)
+    if v3_name and (not name or ((meta.get("annotations") or {}).get(V3_CHECK_NAME_ANNOTATION) == v3_name)):
+        return namespace, str(v3_name), HC_PREFIX
+    return (namespace, str(name), "") if name else None
+
+
+def pod_check_index(pod: dict[str, Any]) -> list[str]:
+    """The ident of the pod's check (records/kinds.py): `<ns>/<name>`, `<ns>/hc:<name>` for a HealthCheck's."""
+    found = pod_check(pod)
+    return [ident(*found)] if found else []
 
 
 # The checker pod cache (the daemon's, and the test bed's fake): slim pods, indexed by run, IP and check.

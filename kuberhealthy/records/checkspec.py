@@ -19,8 +19,16 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_RUN_INTERVAL = 600.0  # seconds (10m)
 DEFAULT_TIMEOUT = 300.0  # seconds (5m)
-KIND_KHCHECK = "khcheck"  # a khcheck or khjob (comcast.github.io/v1), state in its khstate
+KIND_KHCHECK = "khcheck"  # a khcheck (comcast.github.io/v1), state in its khstate
+KIND_KHJOB = "khjob"  # a khjob (comcast.github.io/v1), state in its khstate
 KIND_HEALTHCHECK = "healthcheck"  # a HealthCheck (kuberhealthy.github.io/v2), state in its status
+HC_PREFIX = "hc:"  # a HealthCheck's ident is `<ns>/hc:<name>` (records/kinds.py)
+PREFIXES = {KIND_KHCHECK: "", KIND_KHJOB: "", KIND_HEALTHCHECK: HC_PREFIX}
+
+
+def ident(namespace: str, name: str, prefix: str = "") -> str:
+    """A check's identity inside the daemon (records/kinds.py): `<namespace>/<prefix><name>`."""
+    return f"{namespace}/{prefix}{name}"
 
 
 class SpecProblem(ValueError):
@@ -72,7 +80,13 @@ class CheckSpec:
 
     @property
     def key(self) -> str:
+        """`<ns>/<name>`: how logs, errors and v2's answers name the check."""
         return f"{self.namespace}/{self.name}"
+
+    @property
+    def ident(self) -> str:
+        """The check's identity inside the daemon (a HealthCheck's is `<ns>/hc:<name>`)."""
+        return ident(self.namespace, self.name, PREFIXES[self.kind])
 
     @property
     def pod_spec(self) -> dict[str, Any]:
@@ -95,6 +109,7 @@ class CheckSpec:
             extra_annotations=tuple(sorted(_str_map(spec.get("extraAnnotations")).items())),
             workload=workload,
             uid=str(meta.get("uid") or ""),
+            kind=KIND_KHJOB if workload == WORKLOAD_JOB else KIND_KHCHECK,
         )
 
     @classmethod
@@ -128,6 +143,7 @@ class CheckSpec:
             extra_labels=_strict_map(spec.get("extraLabels"), "spec.extraLabels"),
             extra_annotations=_strict_map(spec.get("extraAnnotations"), "spec.extraAnnotations"),
             uid=str(meta.get("uid") or ""),
+            workload=WORKLOAD_JOB if single is True else WORKLOAD_CHECK,
             kind=KIND_HEALTHCHECK,
             pod_labels=_strict_map((pod_meta or {}).get("labels"), "spec.podSpec.metadata.labels"),
             pod_annotations=_strict_map((pod_meta or {}).get("annotations"), "spec.podSpec.metadata.annotations"),

@@ -53,6 +53,7 @@ RUN_UUID_ANNOTATION = "kuberhealthy.comcast.github.io/run-uuid"  # the run bindi
 # runBinding's keys and the khstate annotation each mirrors
 BINDING_ANNOTATIONS = {"pod": RUN_POD, "keySha256": RUN_KEY_SHA256, "reportedUUID": REPORTED_UUID,
                        "finishedUUID": FINISHED_UUID}
+BINDING_KEYS = frozenset({RUN_UUID_ANNOTATION, *BINDING_ANNOTATIONS.values()})  # every annotation of the binding
 COUNTERS = ("consecutiveFailures", "successCount", "failureCount")
 # khstate spec time key -> status unix key
 TIMES = {"LastRun": "lastRunUnix", "lastOK": "lastOKUnix", "lastFailure": "lastFailureUnix"}
@@ -93,7 +94,7 @@ def duration_ns(text: str) -> int:
         return 0
 
 
-def view(hc: Obj, workload: str = WORKLOAD_CHECK) -> Obj:
+def view(hc: Obj, workload: str | None = None) -> Obj:
     """The HealthCheck's state as a khstate: what khstate.py, history.py and the readers of khstates take.
     `metadata` is the HealthCheck's (name, namespace, uid, resourceVersion), its annotations only the run
     binding's. Tolerant: a status edited into nonsense reads as no state, never an error."""

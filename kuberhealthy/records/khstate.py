@@ -33,8 +33,9 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Protocol
 
-from kuberhealthy.base.errors import KuberhealthyError
+from kuberhealthy.base.errors import KuberhealthyError, NotFound
 from kuberhealthy.base.times import format_datetime, utcnow
 from kuberhealthy.kube import KHSTATES, Api, Bounds, Obj
 from kuberhealthy.records.history import RunRecord, apply_run
@@ -188,6 +189,40 @@ def new_body(namespace: str, name: str, pod_name: str, workload: str = WORKLOAD_
     }
 
 
+Mutate = Callable[["Obj | None"], "Obj | None"]
+
+
+class StateStore(Protocol):
+    """Where a kind of check keeps its state, in the khstate shape (statestore.py has the HealthCheck's)."""
+
+    def read(self, api: Api, namespace: str, name: str, timeout: float) -> Obj | None:
+        """The state as the API server has it now; None when there is none."""
+        ...
+
+    def update(self, api: Api, namespace: str, name: str, mutate: Mutate, hint: Obj | None,
+               bounds: Bounds) -> Obj | None:
+        """Read-modify-write (409: re-read, mutate again); the state written, or the current one when
+        `mutate` answered None."""
+        ...
+
+
+class KhstateStore:
+    """The state is a khstate of the check's name (v2's place)."""
+
+    def read(self, api: Api, namespace: str, name: str, timeout: float) -> Obj | None:
+        try:
+            return api.get(KHSTATES, namespace, name, timeout=timeout)
+        except NotFound:
+            return None
+
+    def update(self, api: Api, namespace: str, name: str, mutate: Mutate, hint: Obj | None,
+               bounds: Bounds) -> Obj | None:
+        return api.update_with_retry(KHSTATES, namespace, name, mutate, hint=hint, bounds=bounds)
+
+
+KHSTATE_STORE = KhstateStore()
+
+
 @dataclass(frozen=True)
 class RunWrite:
     """What every write below needs: which khstate (`res`, `namespace`, `name`), for which run, written by
@@ -200,13 +235,14 @@ class RunWrite:
     pod_name: str
     workload: str = WORKLOAD_CHECK
     bounds: Bounds = field(default_factory=Bounds)
+    store: StateStore = KHSTATE_STORE  # where the check's state lives
 
     def per_request(self, timeout: float) -> RunWrite:
         """The same write with another per-request timeout (a retried call's next attempt)."""
         return replace(self, bounds=self.bounds.per_request(timeout))
 
     def update(self, mutate: Callable[[Obj | None], Obj | None], hint: Obj | None = None) -> Obj | None:
-        return self.res.update_with_retry(KHSTATES, self.namespace, self.name, mutate, hint=hint, bounds=self.bounds)
+        return self.store.update(self.res, self.namespace, self.name, mutate, hint, self.bounds)
 
 
 def _writer(w: RunWrite, change: Callable[[Obj], None]) -> Callable[[Obj | None], Obj | None]:

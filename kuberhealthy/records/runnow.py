@@ -18,7 +18,7 @@ This module holds the name, the value rules and the patches; it keeps no state a
 from __future__ import annotations
 
 from kuberhealthy.base.times import format_time
-from kuberhealthy.kube import KHCHECKS, Obj
+from kuberhealthy.kube import KHCHECKS, Obj, Resource
 from kuberhealthy.kube.annotations import remove_annotations
 from kuberhealthy.kube.protocols import Api
 
@@ -59,11 +59,13 @@ def request_patch(value: str, resource_version: str) -> Obj:
     return {"metadata": meta}
 
 
-def clear(api: Api, namespace: str, name: str, timeout: float = PATCH_TIMEOUT, current: Obj | None = None) -> bool:
+def clear(api: Api, namespace: str, name: str, timeout: float = PATCH_TIMEOUT, current: Obj | None = None,
+          resource: Resource = KHCHECKS) -> bool:
     """Remove the annotation (a merge patch with null). False, logged, when the API refused or was away;
     a khcheck that is gone has nothing to clear. `current` is the cached khcheck: a version of it the API
     server refused (422: stored before its CRD validated more, it no longer validates) is logged once and
-    not patched again until the khcheck changes (kube/annotations.py)."""
+    not patched again until the khcheck changes (kube/annotations.py). `resource`: where the check lives
+    (a HealthCheck's run-now annotation is cleared on the HealthCheck)."""
     meta = dict((current or {}).get("metadata") or {})
     meta.update(namespace=namespace, name=name)
-    return remove_annotations(api, KHCHECKS, {"metadata": meta}, [RUN_NOW_ANNOTATION], timeout)
+    return remove_annotations(api, resource, {"metadata": meta}, [RUN_NOW_ANNOTATION], timeout)

@@ -3,8 +3,9 @@
 The Runner (the phases), its Guard (the trust rules) and its Recorder (the result) all work for the same
 check, the same run uuid, the same start and deadline, on the same clocks, logging with the same
 `<ns>/<check>` and run uuid; this object carries them so no part is handed them one by one. It also
-says how a khstate write of this run is addressed (khstate.RunWrite). It holds no state that changes
-during the run: what the run learns (its pod, its phase) lives in the Runner and its RunPod.
+says how a state write of this run is addressed (khstate.RunWrite), and which Kind (records/kinds.py)
+the check is: where its object, its state and its pods live (a run never asks which kind that is). It
+holds no state that changes during the run: what the run learns (its pod, its phase) lives in the Runner and its RunPod.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from kuberhealthy.kube import Bounds, Obj
 from kuberhealthy.needs import RunNeeds
 from kuberhealthy.records.checkspec import CheckSpec
 from kuberhealthy.records.khstate import RunWrite
+from kuberhealthy.records.kinds import Kind
 
 
 @dataclass(frozen=True)
@@ -34,15 +36,21 @@ class RunContext:
     log: logging.LoggerAdapter[logging.Logger]  # carries the check's key and the run uuid
 
     @property
+    def kind(self) -> Kind:
+        """Where the check's object, state and pods live."""
+        return self.services.kinds.of(self.check)
+
+    @property
     def deadline(self) -> float:
         """Monotonic: the run's one deadline (start + the check's timeout)."""
         return self.started + self.check.timeout
 
     def state_write(self, timeout: float, until: float) -> RunWrite:
-        """A khstate write of this run, by this replica: each request within `timeout`, none after `until`."""
+        """A state write of this run, by this replica: each request within `timeout`, none after `until`."""
         return RunWrite(self.services.resources, self.check.namespace, self.check.name, self.run_uuid,
-                        self.services.config.pod_name, self.check.workload, Bounds(timeout, until, self.clock))
+                        self.services.config.pod_name, self.check.workload, Bounds(timeout, until, self.clock),
+                        self.kind.store)
 
     def cached_state(self) -> Obj | None:
-        """The check's khstate as the watch cache has it (a hint for a write, or what a wait looks at)."""
-        return self.services.khstates.get(self.check.namespace, self.check.name)
+        """The check's state as the watch cache has it (a hint for a write, or what a wait looks at)."""
+        return self.kind.states.get(self.check.namespace, self.check.name)

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from kuberhealthy.base.durations import format_duration
 from kuberhealthy.base.errors import ApiError
 from kuberhealthy.kube import Obj
-from kuberhealthy.outputs.events import KIND_CHECK, KIND_JOB, ObjectRef
+from kuberhealthy.outputs.events import ObjectRef
 from kuberhealthy.records import khstate
 from kuberhealthy.records.history import RunFacts, RunRecord
 from kuberhealthy.run.context import RunContext
@@ -120,5 +120,6 @@ class Recorder:
         return khstate.HistoryWrite(record, config.history_length, config.capture_logs, self.ctx.wall())
 
     def _ref(self) -> ObjectRef:
-        kind = KIND_JOB if self.check.workload == khstate.WORKLOAD_JOB else KIND_CHECK
-        return ObjectRef(kind, self.check.namespace, self.check.name, self.check.uid)
+        kind = self.ctx.kind
+        return ObjectRef(kind.event_kind, self.check.namespace, self.check.name, self.check.uid,
+                         kind.resource.api_version)

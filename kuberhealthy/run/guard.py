@@ -31,10 +31,10 @@ from itertools import count
 from typing import TypeVar
 
 from kuberhealthy.base.errors import ApiError, Conflict, NoFreeConnection, NotFound, is_transient
-from kuberhealthy.kube import KHSTATES, PODS, Obj
+from kuberhealthy.kube import PODS, Obj
 from kuberhealthy.outputs.runstats import SKIP_API, SKIP_POD_DELETED
 from kuberhealthy.records import khstate
-from kuberhealthy.records.checkpod import CHECK_NAME_LABEL, pod_run_key
+from kuberhealthy.records.checkpod import pod_check_index, pod_run_key
 from kuberhealthy.run.context import RunContext
 from kuberhealthy.run.podstate import ERR_CLEANUP, earlier, pod_name_of, pod_uid, terminating, uid_of
 
@@ -79,6 +79,7 @@ class Guard:
     """One run's trust rules, and what they remember: whether the API gave trouble during the run."""
 
     def __init__(self, ctx: RunContext) -> None:
+        self.ctx = ctx
         self.services = ctx.services
         self.check = ctx.check
         self.run_uuid = ctx.run_uuid
@@ -143,10 +144,8 @@ class Guard:
     def read_state(self) -> Obj | None:
         """The check's khstate as the API server has it now (None: gone). Raises Skipped when it cannot be read."""
         try:
-            return self.services.resources.get(KHSTATES, self.check.namespace, self.check.name,
-                                               timeout=CONFIRM_TIMEOUT)
-        except NotFound:
-            return None
+            return self.ctx.kind.store.read(self.services.resources, self.check.namespace, self.check.name,
+                                            CONFIRM_TIMEOUT)
         except ApiError as e:
             self.api_trouble = True
             raise Skipped(SKIP_API, f"could not read the khstate: {e}") from e
@@ -163,7 +162,7 @@ class Guard:
 
     def reported(self) -> bool:
         """The khstate cache shows this run's report: enough to go on (only a verdict that fails needs a read)."""
-        return self.shows_report(self.services.khstates.get(self.check.namespace, self.check.name))
+        return self.shows_report(self.ctx.cached_state())
 
     def report_confirmed(self) -> bool:
         """The khstate as the API server has it now shows this run's report. Raises Skipped when it cannot be read."""
@@ -201,7 +200,9 @@ class Guard:
         once and later runs are not blocked forever by a pod that is already being deleted."""
         try:
             items, _ = self.services.resources.list(PODS, self.check.namespace,
-                                                    f"{CHECK_NAME_LABEL}={self.check.name}", timeout=CONFIRM_TIMEOUT)
+                                                    f"{self.ctx.kind.pod_label}={self.check.name}",
+                                                    timeout=CONFIRM_TIMEOUT)
+            items = [p for p in items if self.check.ident in pod_check_index(p)]  # not a same-named other kind's
         except ApiError as e:
             self.api_trouble = True
             raise Skipped(SKIP_API, f"could not list the check's pods: {e}") from e
@@ -227,7 +228,7 @@ class Guard:
         during the run. A report accepted for this run but not stored yet (held) counts: the checker
         reported, the control plane could not take it in time."""
         return self.api_trouble or self.held() or any(
-            c.impaired_since(self.since) for c in (self.services.pods, self.services.khstates))
+            c.impaired_since(self.since) for c in (self.services.pods, self.ctx.kind.states))
 
     def fail(self, reason: str, detail: str = "") -> Failed | Skipped:
         """The exception for a run that cannot succeed: a failure (v2's `reason`, then `detail` as a second

@@ -90,8 +90,8 @@ class Runner:
         self.guard = Guard(self.ctx)
         self.recorder = Recorder(self.ctx, self.guard)
         self._waiter = services.notifier.waiter(
-            services.pods.topic("check", check.key), services.pods.topic("uuid", self.run_uuid),
-            services.khstates.topic("key", check.key))
+            services.pods.topic("check", check.ident), services.pods.topic("uuid", self.run_uuid),
+            self.ctx.kind.states.topic("key", check.key))
 
     @property
     def phase(self) -> Phase:
@@ -187,7 +187,7 @@ class Runner:
         already reported stuck Terminating: guard.confirm_cleared)."""
         self.phase = Phase.CLEAR
         stuck = self.guard.stuck()
-        stale = earlier(self.services.pods.by_index("check", self.check.key), self.run_uuid, stuck)
+        stale = earlier(self.services.pods.by_index("check", self.check.ident), self.run_uuid, stuck)
         for pod in stale:
             if terminating(pod):
                 continue  # already told to go
@@ -210,7 +210,7 @@ class Runner:
         self.phase = Phase.CREATE
         for renames in range(RENAMES + 1):
             body = checkpod.build_pod(
-                self.check, self.run_uuid, self.wall(), self.services.config.external_check_reporting_url,
+                self.check, self.run_uuid, self.wall(), self.ctx.kind.reporting_url(),
                 self.services.owner_reference(self.check.namespace), self._wall_start + self.check.timeout,
                 checkpod.Claimed(self.pod.name, self._run_key))
             try:
@@ -327,7 +327,7 @@ class Runner:
         return value
 
     def _earlier_gone(self) -> bool:
-        return not earlier(self.services.pods.by_index("check", self.check.key), self.run_uuid,
+        return not earlier(self.services.pods.by_index("check", self.check.ident), self.run_uuid,
                            self.services.stuck_terminating)
 
     def _fresh_pod_name(self) -> str:

@@ -58,7 +58,7 @@ def create_app(services: WebNeeds, *, caller_wait: float = CALLER_WAIT,
     registry = make_registry(cache.summary, services.current_master, lambda: services.config,
                              services.cache_status, [*services.stats.collectors(), *report_stats.collectors(), *ours,
                                                      *server_collectors], rows=views.entries, leader=services.is_leader)
-    triage = Triage(services.pods, services.khstates, services.notifier, services.read_checker_pods)
+    triage = Triage(services.pods, services.kinds, services.notifier, services.read_checker_pods)
     tokens = TokenVerifier(services.resources, screen=Screen(services.pods, triage.may_be_new))
     limiter = ConfiguredLimiter(lambda: (services.config.report_rate_limit, services.config.report_rate_burst))
     admission = Admission(services, report_stats, tokens=tokens, triage=triage, caller_wait=caller_wait)

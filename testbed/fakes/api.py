@@ -56,6 +56,9 @@ class FakeApi:
         self.down = False  # every call fails as unreachable
         self.stuck: set[tuple[str, str]] = set()  # (namespace, pod): deleting it only marks it Terminating
         self.logs: dict[tuple[str, str], str] = {}  # (namespace, pod): what its container printed
+        # plural -> the status fields its CRD keeps (a write through /status prunes the others); a
+        # plural named here has a status subresource, so a replace of the object keeps the stored status
+        self.status_fields: dict[str, frozenset[str] | None] = {}
 
     def attach(self, cache: FakeCache) -> None:
         self._caches.setdefault(cache.plural, []).append(cache)
@@ -143,12 +146,23 @@ class FakeApi:
 
     def replace(self, res: Resource, namespace: str, name: str, body: Obj, timeout: float = 0) -> Obj:
         with self._lock:
-            fault = self._enter("replace", res, namespace, name, body)
+            sub = res.subresource
+            fault = self._enter("replace_status" if sub == "status" else "replace", res, namespace, name, body)
             current = self._existing(res, namespace, name)
             if (body.get("metadata") or {}).get("resourceVersion") != current["metadata"]["resourceVersion"]:
                 raise Conflict(f'Operation cannot be fulfilled on {res.plural} "{name}": the object has been '
                                "modified; please apply your changes to the latest version and try again")
-            obj = copy.deepcopy(body)
+            if sub == "status":  # only the status changes; fields the CRD does not know are pruned
+                obj = copy.deepcopy(current)
+                status = copy.deepcopy(body.get("status") or {})
+                kept = self.status_fields.get(res.plural)
+                obj["status"] = {k: v for k, v in status.items() if kept is None or k in kept}
+            else:
+                obj = copy.deepcopy(body)
+                if res.plural in self.status_fields:  # a status subresource: the stored status is kept
+                    obj["status"] = copy.deepcopy(current.get("status")) if "status" in current else None
+                    if obj["status"] is None:
+                        del obj["status"]
             obj["metadata"].update({k: current["metadata"][k] for k in ("uid", "creationTimestamp", "namespace")})
             out = self._store(res, obj, "MODIFIED")
         self._lost(fault)

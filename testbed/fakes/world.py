@@ -14,12 +14,13 @@ from kuberhealthy.base.errors import NotFound
 from kuberhealthy.base.notify import Notifier
 from kuberhealthy.base.threads import Deaths
 from kuberhealthy.checkclient import ENV_RUN_UUID
-from kuberhealthy.kube import EVENTS, KHCHECKS, KHJOBS, KHSTATES, PODS, Obj, Resource
+from kuberhealthy.kube import EVENTS, HEALTHCHECKS, KHCHECKS, KHJOBS, KHSTATES, LEASES, PODS, Obj, Resource
+from kuberhealthy.kube.mappedcache import MappedCache
 from kuberhealthy.needs import ResultSink
 from kuberhealthy.outputs.events import ObjectRef
 from kuberhealthy.outputs.heldreports import HeldReports
 from kuberhealthy.outputs.runstats import SchedulingMetrics
-from kuberhealthy.records import khstate
+from kuberhealthy.records import hcstate, khstate, kinds, migration
 from kuberhealthy.records.checkpod import (
     CHECK_NAME_ANNOTATION,
     CHECK_POD_SELECTOR,
@@ -28,6 +29,8 @@ from kuberhealthy.records.checkpod import (
     slim_pod,
 )
 from kuberhealthy.records.checkspec import CheckSpec
+from kuberhealthy.records.statestore import HealthCheckStore
+from kuberhealthy.records.v3lease import V3LeaseGate
 from testbed.fakes.api import FakeApi
 from testbed.fakes.cache import FakeCache
 from testbed.fakes.clock import Activity, FakeClock, T, stamp
@@ -36,6 +39,7 @@ from testbed.fakes.readouts import pod_env_value
 NS = "kh-checks"
 POD_NAME = "kh-test-0"  # this replica
 REPORTING_URL = "http://kuberhealthy.kh.svc/externalCheckStatus"
+V3_REPORTING_URL = "http://kuberhealthy.kh.svc/check"
 NODE = "node-1"
 
 
@@ -43,7 +47,8 @@ NODE = "node-1"
 def fake_config(**overrides: Any) -> Config:
     """A Config as load() would make it, without files or environment; reconciles are not debounced."""
     values: dict[str, Any] = {"pod_name": POD_NAME, "pod_namespace": "kuberhealthy",
-                              "external_check_reporting_url": REPORTING_URL, "check_change_debounce": 0.0}
+                              "external_check_reporting_url": REPORTING_URL, "v3_reporting_url": V3_REPORTING_URL,
+                              "check_change_debounce": 0.0}
     values.update(overrides)
     return Config(**values)
 
@@ -163,6 +168,12 @@ class FakeEvents:
     def pause_ignored(self, ref: ObjectRef, annotation: str, value: str) -> bool:
         return self._add("PauseIgnored", ref, value)
 
+    def spec_invalid(self, ref: ObjectRef, problem: str) -> bool:
+        return self._add("SpecInvalid", ref, problem)
+
+    def state_not_kept(self, ref: ObjectRef, what: str) -> bool:
+        return self._add("StateNotKept", ref, what)
+
 
 # --- services ----------------------------------------------------------------------------------------------
 
@@ -201,7 +212,19 @@ class FakeServices:
         self.khstates = cache(KHSTATES)
         self.khjobs = cache(KHJOBS)
         self.pods = cache(PODS, selector=CHECK_POD_SELECTOR, storage=CHECK_POD_STORAGE)
-        self.reflectors = [self.khchecks, self.khstates, self.khjobs, self.pods]
+        self.healthchecks = cache(HEALTHCHECKS)
+        self.api.status_fields[HEALTHCHECKS.plural] = None  # our CRD: a status subresource keeping every field
+        self.v3_leases = cache(LEASES)
+        self.reflectors = [self.khchecks, self.khstates, self.khjobs, self.pods, self.healthchecks]
+        self.hc_store = HealthCheckStore(self.healthchecks, self._state_not_kept)
+        self.v3_gate = V3LeaseGate(self.v3_leases, self.config.pod_namespace,
+                                   self.config.leader_election.lease_name, lambda: self.config.pod_name,
+                                   clock=self.clock, wall=self.clock.wall)
+        self.kinds = kinds.standard(
+            lambda: self.config, kinds.V2Caches(self.khchecks, self.khjobs, self.khstates),
+            kinds.V3Parts(self.healthchecks, MappedCache(self.healthchecks, hcstate.view), self.hc_store,
+                          self.v3_gate.reason),
+            superseded=lambda obj: migration.migrated(obj, self.healthchecks))
         self.stats = SchedulingMetrics()
         self.held = HeldReports(self.api, lambda: self.config.pod_name, wall=self.clock.wall)  # never started
         self.stuck_terminating: set[str] = set()
@@ -215,6 +238,9 @@ class FakeServices:
 
     def owner_reference(self, namespace: str) -> Obj | None:
         return self.owner if namespace == self.config.pod_namespace else None
+
+    def _state_not_kept(self, hc: Obj, what: str) -> None:
+        self.events.state_not_kept(ObjectRef.of(hc), what)
 
     def wait_synced(self, timeout: float) -> bool:
         end = time.monotonic() + timeout

@@ -11,6 +11,7 @@ import pytest
 
 from kuberhealthy.kube import Kube, Resources
 from testbed.cluster.apiserver import TestCluster
+from testbed.cluster.v3crd import v3_crd_in_place
 from testbed.daemons.inprocess import InProcessDaemon
 from testbed.sim.kubelet import SimKubelet
 
@@ -39,3 +40,10 @@ def res(cluster: TestCluster) -> Iterator[Resources]:
         yield Resources(kube)
     finally:
         kube.close()
+
+
+@pytest.fixture
+def v3_crd(cluster: TestCluster) -> Iterator[None]:
+    """Kuberhealthy v3's own HealthCheck CRD in place of ours for the test (it prunes our status fields)."""
+    with v3_crd_in_place(cluster):
+        yield

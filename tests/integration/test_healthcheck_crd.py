@@ -11,7 +11,6 @@ from __future__ import annotations
 import copy
 import json
 import urllib.error
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +18,6 @@ import pytest
 import yaml
 
 from testbed.cluster.apiserver import TestCluster
-from testbed.cluster.crds import load_crds
-from testbed.wait import wait_for
 
 GROUP = "kuberhealthy.github.io"
 API_VERSION = f"{GROUP}/v2"
@@ -219,34 +216,6 @@ def test_a_wrongly_typed_status_field_is_refused(cluster: TestCluster, namespace
 
 
 # --- with v3's own CRD in place of ours -------------------------------------------------------------------
-
-@pytest.fixture
-def v3_crd(cluster: TestCluster) -> Iterator[None]:
-    """v3's HealthCheck CRD (the fixture) in place of ours for the test, ours back (and in force) after."""
-    (ours,) = [c for c in load_crds() if c["metadata"]["name"] == CRD_NAME]
-    (v3,) = [d for d in yaml.safe_load_all((FIXTURES / "healthcheck-crd.yaml").read_text()) if d]
-    probe_ns = "default"
-    cluster.request("POST", hc(probe_ns), healthcheck("kh-crd-probe"))
-
-    def put(crd: dict[str, Any]) -> None:
-        current = cluster.request("GET", f"{CRDS}/{CRD_NAME}")
-        body = copy.deepcopy(crd)
-        body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
-        cluster.request("PUT", f"{CRDS}/{CRD_NAME}", body)
-
-    def keeps_ours() -> bool:
-        status = write_status(cluster, probe_ns, "kh-crd-probe", {"ok": True, "node": "n"}, dry_run=True)["status"]
-        return "node" in status
-
-    put(v3)
-    try:
-        wait_for(lambda: not keeps_ours(), 30, what="v3's CRD in force")
-        yield
-    finally:
-        put(ours)
-        wait_for(keeps_ours, 30, what="our CRD back in force")
-        cluster.request("DELETE", hc(probe_ns, "kh-crd-probe"))
-
 
 def test_with_v3_s_own_crd_installed_our_status_fields_are_dropped_and_a_dry_run_shows_it(
         cluster: TestCluster, namespace: str, v3_crd: None) -> None:

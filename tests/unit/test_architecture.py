@@ -117,3 +117,65 @@ def test_every_module_named_in_the_stricter_mypy_overrides_exists() -> None:
     ours = [m for o in overrides for m in o["module"] if m.split(".")[0] == "kuberhealthy"]
     known = set(modules(PACKAGE))
     assert ours and sorted(m for m in ours if m not in known) == []
+
+
+# --- a kind of check is data (records/kinds.py), not a second runner -------------------------------------
+# The run, the controller, the reapers and the report handler never name a kind: an identifier, attribute,
+# imported name or string of one kind (its resource, cache, constants, event kind) in run/, control/ or
+# web/report/ fails. Docstrings and comments may say what they like.
+
+KIND_BLIND = ("run", "control", "web/report")
+# Identifiers that name one kind: its resources, caches, constants, parsers, labels and state codec.
+KIND_NAMES = frozenset({
+    "KHCHECKS", "KHJOBS", "KHSTATES", "HEALTHCHECKS", "KIND_KHCHECK", "KIND_KHJOB", "KIND_HEALTHCHECK",
+    "KIND_CHECK", "KIND_JOB", "WORKLOAD_CHECK", "WORKLOAD_JOB", "HC_PREFIX", "V3_FINALIZER", "V3_CHECK_LABEL",
+    "CHECK_NAME_LABEL", "khchecks", "khjobs", "khstates", "healthchecks", "hcstate", "of_healthcheck", "of_job",
+    "read_khstate", "statestore", "HealthCheckStore", "KhstateStore", "KHSTATE_STORE", "v3lease", "migration",
+})
+# Strings that name one kind (exact values: an error message may mention a khstate, as v2's do).
+KIND_STRINGS = frozenset({"KuberhealthyCheck", "KuberhealthyJob", "KuberhealthyState", "HealthCheck", "khcheck",
+                          "khjob", "khstate", "healthcheck", "khchecks", "khjobs", "khstates", "healthchecks",
+                          "hc:", "comcast.github.io", "kuberhealthy.github.io"})
+
+
+def kind_names(source: str) -> list[str]:
+    """What in `source` names a kind, as `line: what`."""
+    tree = ast.parse(source)
+    skip = _docstrings(tree)
+    found: list[str] = []
+    for node in ast.walk(tree):
+        name = None
+        if isinstance(node, ast.Name):
+            name = node.id
+        elif isinstance(node, ast.Attribute):
+            name = node.attr
+        elif isinstance(node, ast.alias):
+            name = node.asname or node.name.rsplit(".", 1)[-1]
+        elif isinstance(node, (ast.ImportFrom,)) and node.module:
+            name = node.module.rsplit(".", 1)[-1]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip:
+            if node.value in KIND_STRINGS:
+                found.append(f"{node.lineno}: string {node.value!r}")
+            continue
+        if name in KIND_NAMES:
+            found.append(f"{getattr(node, 'lineno', '?')}: {name}")
+    return found
+
+
+def kind_blind_modules() -> list[Path]:
+    return sorted(p for part in KIND_BLIND for p in (PACKAGE / part).rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", kind_blind_modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_module_of_the_run_the_controller_or_the_report_handler_names_a_kind(path: Path) -> None:
+    assert kind_names(path.read_text()) == []
+
+
+def test_the_check_finds_a_kind_named_in_code_but_not_in_a_docstring() -> None:
+    source = '''"""Runs khchecks and HealthChecks alike."""
+from kuberhealthy.kube import KHSTATES
+def f(services):
+    """Reads services.khstates."""
+    return services.khchecks.get("a", "b"), "HealthCheck", "failed to claim the run in its khstate"
+'''
+    assert sorted(kind_names(source)) == ["2: KHSTATES", "5: khchecks", "5: string 'HealthCheck'"]

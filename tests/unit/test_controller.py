@@ -344,7 +344,7 @@ def test_a_khjob_whose_run_was_skipped_for_the_api_is_put_back_to_run_again(fake
     runs = Runs(fake_services, block=False)
     runs.outcomes[key("retry")] = (Outcome.SKIPPED, "api-unavailable")
     job = fake_services.api.put(KHJOBS, khjob("retry"))
-    worker = JobWorker(fake_services, job, runs)  # type: ignore[arg-type]  # its runs are stand-ins
+    worker = JobWorker(fake_services, CheckSpec.of_job(job), runs)  # type: ignore[arg-type]  # its runs are stand-ins
     worker.start()
     worker.join(JOIN)
     assert not worker.is_alive() and phases(fake_services, "retry") == ["Running", ""]

@@ -79,7 +79,7 @@ def finder(pods: list[Obj], st: Obj | None, read: list[Obj] | None = None) -> Ca
     def fallback(run_uuid: str | None, ip: str | None, timeout: float) -> list[Obj]:
         return list(read or [])
     return CallerFinder(Cache("pods", pods), Notifier(), wait=0.0, fallback=fallback,
-                        khstates=Cache("khstates", [st] if st else []))
+                        states=lambda _check: Cache("khstates", [st] if st else []))
 
 
 def test_the_runs_pod_reports_although_a_look_alike_carries_the_same_label_and_env() -> None:

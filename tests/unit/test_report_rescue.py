@@ -52,7 +52,7 @@ def address(pod: Obj) -> str:
 def install(app: Flask, fake: FakeServices, **kw: Any) -> Triage:
     """A triage on the fake wall clock (creation times are the fake API's), in place of the app's."""
     clocks = {"wall": kw.pop("wall", fake.clock.wall), **({"clock": kw.pop("clock")} if "clock" in kw else {})}
-    triage = Triage(fake.pods, fake.khstates, fake.notifier, fake.read_checker_pods, TriageLimits(**kw), **clocks)
+    triage = Triage(fake.pods, fake.kinds, fake.notifier, fake.read_checker_pods, TriageLimits(**kw), **clocks)
     part(ReportDesk, app).admission.triage = triage
     return triage
 

@@ -235,10 +235,10 @@ def test_a_report_from_the_fallback_pod_is_accepted_by_a_replica_whose_cache_is_
     fake_services.api.put(KHSTATES, claim("run-1", "probe-100", "secret"))  # the cache: the first claim
     reads: list[str] = []
 
-    def read_state(namespace: str, name: str, timeout: float) -> Obj | None:
-        reads.append(name)
+    def read_state(check: str, timeout: float) -> Obj | None:
+        reads.append(check.partition("/")[2])
         return claim("run-1", "probe-100-x2k9q", "secret")  # the API server: the re-claim
-    finder = CallerFinder(fake_services.pods, fake_services.notifier, wait=0.0, khstates=fake_services.khstates,
+    finder = CallerFinder(fake_services.pods, fake_services.notifier, wait=0.0, states=fake_services.kinds.state_cache,
                           read_state=read_state)
     assert finder.find("run-1", "10.0.0.7").pod_name == "probe-100-x2k9q" and reads == ["probe"]
 
@@ -248,9 +248,9 @@ def test_a_look_alike_of_a_run_whose_pod_the_cache_shows_costs_no_khstate_read(f
     evil = checker(fake_services, "evil", "run-1", "secret", "10.0.0.9")  # copied labels, env and key
     fake_services.api.put(KHSTATES, claim("run-1", "probe-100", "secret"))
 
-    def read_state(namespace: str, name: str, timeout: float) -> Obj | None:
+    def read_state(check: str, timeout: float) -> Obj | None:
         raise AssertionError("no read: the cache shows the claimed pod as the run's")
-    finder = CallerFinder(fake_services.pods, fake_services.notifier, wait=0.0, khstates=fake_services.khstates,
+    finder = CallerFinder(fake_services.pods, fake_services.notifier, wait=0.0, states=fake_services.kinds.state_cache,
                           read_state=read_state)
     with pytest.raises(NotTheRunsPod):
         finder.find_pod(fake_services.pods.get(NS, evil["metadata"]["name"]) or {}, 10**9)

@@ -82,7 +82,7 @@ def test_a_bound_checks_reports_by_uuid_or_address_get_401_saying_how_the_bindin
     for verdict in (judge(services, run_uuid=RUN), judge(services)):
         assert isinstance(verdict, Refused) and (verdict.code, verdict.reason) == (401, TOKEN_REQUIRED)
         assert "is bound to ServiceAccount tokens" in verdict.text and "change the khcheck's spec" in verdict.text
-        assert verdict.check == (NS, CHECK)
+        assert verdict.check == f"{NS}/{CHECK}"
 
 
 def test_a_bound_checks_token_report_is_accepted_and_binds_again() -> None:

@@ -174,7 +174,7 @@ def test_readyz_answers_503_until_every_cache_has_synced_then_200() -> None:
     after = client.get("/readyz")
     assert after.status_code == 200
     assert after.text.splitlines() == ["ok", "khchecks: current", "khstates: current", "khjobs: current",
-                                       "pods: current"]
+                                       "pods: current", "healthchecks: current"]
 
 
 def test_readyz_stays_ready_through_an_api_outage_and_says_which_cache_is_behind(

@@ -34,7 +34,7 @@ from typing import TypeAlias
 
 from kuberhealthy.kube import Obj
 from kuberhealthy.needs import WebNeeds
-from kuberhealthy.records.checkpod import CHECK_NAME_ANNOTATION
+from kuberhealthy.records.checkpod import pod_check_index
 from kuberhealthy.web.report import stats
 from kuberhealthy.web.report.caller import Accepted, CallerRules, NotYet, Refused, Reviewed
 from kuberhealthy.web.report.stats import ReportStats
@@ -145,19 +145,15 @@ class Admission:
         verdict = rules.judge(credentials.run_uuid, credentials.remote, end, reviewed=screened.reviewed,
                                     found=screened.found)
         if isinstance(verdict, Accepted):
-            check = (verdict.caller.namespace, verdict.caller.check)
-            return replace(verdict, informs=self._informs(check, credentials))
+            return replace(verdict, informs=self._informs(verdict.caller.ident, credentials))
         if isinstance(verdict, Refused) and verdict.check is not None \
                 and not self._informs(verdict.check, credentials):
             return replace(verdict, check=None)
         return verdict
 
-    def _informs(self, check: tuple[str, str], credentials: Credentials) -> bool:
+    def _informs(self, check: str, credentials: Credentials) -> bool:
         """Whether a refusal for `check` deserves an Event: it carried a token (verified: only a valid
         token's refusal names a check) or came from the address of one of the check's checker pods."""
         if credentials.token is not None:
             return True
-        namespace, name = check
-        return any((p.get("metadata") or {}).get("namespace") == namespace
-                   and ((p.get("metadata") or {}).get("annotations") or {}).get(CHECK_NAME_ANNOTATION) == name
-                   for p in self._services.pods.by_index("ip", credentials.source))
+        return any(check in pod_check_index(p) for p in self._services.pods.by_index("ip", credentials.source))

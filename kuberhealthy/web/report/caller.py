@@ -32,7 +32,7 @@ from kuberhealthy.base.errors import ApiError
 from kuberhealthy.kube import Cache, Obj
 from kuberhealthy.needs import WebNeeds
 from kuberhealthy.records.checkpod import pod_ip_index
-from kuberhealthy.records.khstate import WORKLOAD_JOB, TokenBinding, bound_reason, token_bound_generation
+from kuberhealthy.records.khstate import TokenBinding, bound_reason, token_bound_generation
 from kuberhealthy.web.addresses import normalize_ip
 from kuberhealthy.web.report import stats
 from kuberhealthy.web.report.finder import (
@@ -67,7 +67,7 @@ class Refused:
     code: int
     reason: str
     text: str
-    check: tuple[str, str] | None = None
+    check: str | None = None  # the ident of the check the refusal is about (its Event goes there)
 
 
 @dataclass(frozen=True)
@@ -114,8 +114,13 @@ class CallerRules:
     def __init__(self, services: WebNeeds, wait: float, report_stats: ReportStats) -> None:
         self._services = services
         self._report_stats = report_stats
+        kinds = services.kinds
+
+        def read_state(check: str, timeout: float) -> Obj | None:
+            _, namespace, name = kinds.split(check)
+            return kinds.store_of(check).read(services.resources, namespace, name, timeout)
         self._finder = CallerFinder(services.pods, services.notifier, wait, services.read_checker_pods,
-                                    khstates=services.khstates, read_state=services.read_khstate)
+                                    states=kinds.state_cache, read_state=read_state)
 
     def judge(self, run_uuid: str, remote: str, end: float, *, reviewed: Reviewed = None,
               found: list[Obj] | None = None) -> Verdict:
@@ -164,21 +169,20 @@ class CallerRules:
         refused = self._check_source(caller, remote) if run_uuid else self._check_node_address(caller)
         if refused is not None:
             return refused
-        state = caller.state or self._services.khstates.get(caller.namespace, caller.check)
+        state = caller.state or self._services.kinds.state_cache(caller.ident).get(caller.namespace, caller.check)
         workload, current = self._workload(caller, state)
         if current is None:
             return Accepted(caller)
         if token_bound_generation(state) == current:
             return Refused(401, stats.TOKEN_REQUIRED, bound_reason(caller.namespace, caller.check, workload),
-                           check=(caller.namespace, caller.check))
+                           check=caller.ident)
         return Accepted(caller, TokenBinding(current, by_token=False))
 
     def _workload(self, caller: Caller, state: Obj | None) -> tuple[str, int | None]:
-        """The caller's workload kind (khstate khWorkload) and its current generation, from the cache."""
-        services = self._services
+        """The caller's workload (its state's khWorkload) and its check's current generation, from the cache."""
         workload = str(((state or {}).get("spec") or {}).get("khWorkload") or "")
-        cache = services.khjobs if workload == WORKLOAD_JOB else services.khchecks
-        return workload, generation(cache.get(caller.namespace, caller.check))
+        found = self._services.kinds.of_ident(caller.ident, workload)
+        return workload, generation(found[0].checks.get(found[1], found[2]) if found is not None else None)
 
     def _by_token(self, who: PodIdentity, run_uuid: str, end: float) -> Accepted | Refused:
         """The token path: the reviewed token's pod (cache, else one read), which must be its run's pod."""
@@ -211,7 +215,7 @@ class CallerRules:
         return Refused(400, stats.SOURCE, f"report for pod {caller.namespace}/{caller.pod_name} came from its "
                        f"node's address {caller.host_ip} (hostNetwork or SNAT), which any process on the node can "
                        "use: send the kh-run-uuid header or the pod's token (reportSourceCheck: enforce)",
-                       check=(caller.namespace, caller.check))
+                       check=caller.ident)
 
     def _with_address(self, caller: Caller, remote: str, end: float) -> Caller:
         """The caller with its pod's addresses, for the header path's source check. A kubelet writes the
@@ -259,7 +263,7 @@ class CallerRules:
         if verdict == SOURCE_OK:
             return None
         source = normalize_ip(remote) or remote
-        check = (caller.namespace, caller.check)
+        check = caller.ident
         if verdict == SOURCE_OTHER_POD:  # a pod we know, not the run's: a look-alike using the run's uuid
             return Refused(400, stats.NOT_RUN_POD, f"report with the uuid of run {caller.run_uuid} came from "
                            f"{source}, the address of another pod, not of {caller.namespace}/{caller.pod_name}",

@@ -28,33 +28,43 @@ from kuberhealthy.base.notify import Notifier
 from kuberhealthy.checkclient import ENV_DEADLINE as KH_CHECK_RUN_DEADLINE
 from kuberhealthy.checkclient import ENV_RUN_UUID as KH_RUN_UUID
 from kuberhealthy.kube import Cache, Obj
-from kuberhealthy.records.checkpod import CHECK_NAME_ANNOTATION, RUN_ID_LABEL, pod_ip_index, pod_run_key, run_key_sha256
+from kuberhealthy.records.checkpod import (
+    CHECK_NAME_ANNOTATION,
+    RUN_ID_LABEL,
+    pod_check,
+    pod_ip_index,
+    pod_run_key,
+    run_key_sha256,
+)
 from kuberhealthy.records.khstate import RunClaim
+from kuberhealthy.records.kinds import ident
 from kuberhealthy.web.report.naming import FINISHED, FallbackRead, UnknownCaller, named_by, not_found
 
 READ_RESERVE = 0.8  # seconds of a request's budget kept for the fallback read after the cache wait
 
 
-# (namespace, name, timeout seconds) -> the khstate as the API server has it (None: there is none)
-StateRead = Callable[[str, str, float], Obj | None]
+# (check ident, timeout seconds) -> the check's state as the API server has it (None: there is none)
+StateRead = Callable[[str, float], Obj | None]
+# check ident -> the cache of its kind's states (records/kinds.py)
+StateCaches = Callable[[str], Cache]
 
 
 class NotTheRunsPod(UnknownCaller):
     """None of the pods found is the one the run created (a look-alike); `claimed_elsewhere`: the
     run's pod was not among those looked at (it may exist, unseen yet)."""
 
-    def __init__(self, reason: str, claimed_elsewhere: bool = False, check: tuple[str, str] | None = None) -> None:
+    def __init__(self, reason: str, claimed_elsewhere: bool = False, check: str | None = None) -> None:
         super().__init__(reason)
         self.claimed_elsewhere = claimed_elsewhere
-        self.check = check  # (namespace, name) of the check the report was for
+        self.check = check  # the ident of the check the report was for
 
 
 class RunIsOver(UnknownCaller):
     """The run's pod has finished, or the run was recorded as over: no report is taken for it."""
 
-    def __init__(self, reason: str, check: tuple[str, str] | None = None) -> None:
+    def __init__(self, reason: str, check: str | None = None) -> None:
         super().__init__(reason)
-        self.check = check
+        self.check = check  # the ident of the check the report was for
 
 
 class CallerNotYetKnown(Exception):
@@ -67,6 +77,7 @@ class Caller:
     pod_name: str
     check: str  # the check (or job) name from the pod's annotation
     run_uuid: str  # the pod's KH_RUN_UUID
+    ident: str  # the check's identity (records/kinds.py): which kind, so where its state is
     selector: str  # how it was found, for logs and reasons
     deadline: float | None = None  # the pod's KH_CHECK_RUN_DEADLINE (unix seconds), when readable
     pod_uid: str = ""
@@ -87,14 +98,14 @@ class CallerFinder:
     """Looks callers up in the checker-pod cache (indexes "uuid" and "ip"), then with one bounded read."""
 
     def __init__(self, pods: Cache, notifier: Notifier, wait: float, fallback: FallbackRead | None = None,
-                 clock: Callable[[], float] = time.monotonic, khstates: Cache | None = None,
+                 clock: Callable[[], float] = time.monotonic, states: StateCaches | None = None,
                  read_state: StateRead | None = None) -> None:
         self._pods = pods
         self._notifier = notifier
         self._wait = wait
         self._fallback = fallback
         self._clock = clock
-        self._khstates = khstates  # None: no binding (v2's rules only)
+        self._states = states  # None: no binding (v2's rules only)
         self._read_state = read_state
 
     def _lookup(self, find: Callable[[], list[Obj]], topic: tuple[str, str, str], deadline: float) -> list[Obj]:
@@ -130,7 +141,7 @@ class CallerFinder:
             if read:
                 raise UnknownCaller(not_found(selector))
             pods, read = self._read(run_uuid, ip, end, selector), True
-        if self._khstates is None:
+        if self._states is None:
             if len(pods) > 1:
                 raise UnknownCaller(f"failed to fetch pod with selector {selector} - found two or more with same label")
             return self.validate(pods[0], selector)
@@ -183,13 +194,12 @@ class CallerFinder:
                 return stale[0]
             c = strangers[0]
             raise NotTheRunsPod(f"pod {c.namespace}/{c.pod_name} is not the pod run {c.run_uuid} of check {c.check} "
-                                "created; its report is ignored", claimed_elsewhere and not last,
-                                (c.namespace, c.check))
+                                "created; its report is ignored", claimed_elsewhere and not last, c.ident)
         if len(bound) > 1:
             # Several runs' pods (hostNetwork pods sharing the node's address): which one is calling
             # cannot be told. Several pods of one run happen only with a claim of an older daemon,
             # which named no pod: the earliest-created is the run's (a look-alike comes later).
-            if len({(c.namespace, c.check, c.run_uuid) for _, c in bound}) > 1 or \
+            if len({(c.ident, c.run_uuid) for _, c in bound}) > 1 or \
                     any(RunClaim.of(c.state).pod for _, c in bound):
                 raise UnknownCaller(f"failed to fetch pod with selector {selector} - found two or more with same "
                                     "label")
@@ -197,17 +207,17 @@ class CallerFinder:
         pod, caller = bound[0]
         if RunClaim.of(caller.state).finished or (pod.get("status") or {}).get("phase") in FINISHED:
             raise RunIsOver(f"run {caller.run_uuid} of check {caller.namespace}/{caller.check} is over: its pod "
-                            f"{caller.pod_name} has finished", (caller.namespace, caller.check))
+                            f"{caller.pod_name} has finished", caller.ident)
         return caller
 
     def _state(self, caller: Caller, end: float) -> Obj | None:
-        """The caller's khstate: the cache's when it names the caller's run (waiting briefly for a
+        """The caller's check state: the cache's when it names the caller's run (waiting briefly for a
         claim the cache has not seen yet), else one bounded read; None when there is none."""
-        assert self._khstates is not None
-        khstates = self._khstates
+        assert self._states is not None
+        states = self._states(caller.ident)
 
         def naming_run() -> Obj | None:
-            state = khstates.get(caller.namespace, caller.check)
+            state = states.get(caller.namespace, caller.check)
             claim = RunClaim.of(state)
             if state is None or claim.uuid != caller.run_uuid:
                 return None
@@ -219,14 +229,14 @@ class CallerFinder:
                     return None
             return state
         state = self._lookup(lambda: [s] if (s := naming_run()) is not None else [],
-                             khstates.topic("key", f"{caller.namespace}/{caller.check}"), end - READ_RESERVE)
+                             states.topic("key", f"{caller.namespace}/{caller.check}"), end - READ_RESERVE)
         if state:
             return state[0]
         left = end - self._clock()
         if self._read_state is None or left < 0.1:
-            return khstates.get(caller.namespace, caller.check)  # stale or not: the write decides
+            return states.get(caller.namespace, caller.check)  # stale or not: the write decides
         try:
-            return self._read_state(caller.namespace, caller.check, left)
+            return self._read_state(caller.ident, left)
         except ApiError as e:
             raise CallerNotYetKnown(f"cannot read the check's state right now: {e}") from e
 
@@ -277,6 +287,9 @@ class CallerFinder:
             raise UnknownCaller("pod check namespace was invalid or unset")
         if not run_uuid:
             raise UnknownCaller("pod uuid was invalid or unset")
+        found = pod_check(pod)
+        prefix = found[2] if found is not None and found[1] == check else ""
         return Caller(namespace=namespace, pod_name=str(meta.get("name") or ""), check=check,
-                      run_uuid=run_uuid, selector=selector, deadline=deadline, pod_uid=str(meta.get("uid") or ""),
+                      run_uuid=run_uuid, ident=ident(namespace, check, prefix), selector=selector, deadline=deadline,
+                      pod_uid=str(meta.get("uid") or ""),
                       pod_ips=tuple(pod_ip_index(pod)), host_ip=str((pod.get("status") or {}).get("hostIP") or ""))

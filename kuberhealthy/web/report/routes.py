@@ -43,7 +43,7 @@ from kuberhealthy.base.times import utcnow
 from kuberhealthy.checkclient import RUN_UUID_HEADER
 from kuberhealthy.kube import Bounds
 from kuberhealthy.needs import WebNeeds
-from kuberhealthy.outputs.events import KIND_CHECK, KIND_JOB, ObjectRef
+from kuberhealthy.outputs.events import ObjectRef
 from kuberhealthy.outputs.heldreports import Held
 from kuberhealthy.records.khstate import RunFinished, RunWrite, StaleReport, TokenBound, record_report
 from kuberhealthy.web.addresses import normalize_ip
@@ -176,22 +176,20 @@ class _Reply:
             logger.log(wait.level, "report %s from %s: not yet (503): %s", self.rid, self.who, wait.text)
         return plain(503, wait.text, {**self.headers, "Retry-After": wait.retry_after})
 
-    def _rejected_event(self, check: tuple[str, str], reason: str) -> None:
+    def _rejected_event(self, check: str, reason: str) -> None:
         """A ReportRejected Event on the check: spoofing attempts become visible in `kubectl describe`.
         The message is ours (the reason in words), never the caller's: Events are counted by message."""
         words = EVENT_WORDS.get(reason)
         if words is None:
             return
-        services = self._desk.services
-        namespace, name = check
-        obj = services.khchecks.get(namespace, name)
-        kind = KIND_CHECK
-        if obj is None:
-            obj, kind = services.khjobs.get(namespace, name), KIND_JOB
-        if obj is None:
+        found = self._desk.services.kinds.of_ident(check)
+        if found is None:
             return
+        kind, namespace, name = found
+        obj = kind.checks.get(namespace, name) or {}
         uid = str((obj.get("metadata") or {}).get("uid") or "")
-        services.events.report_rejected(ObjectRef(kind, namespace, name, uid), words)
+        self._desk.services.events.report_rejected(
+            ObjectRef(kind.event_kind, namespace, name, uid, kind.resource.api_version), words)
 
 
 def _report(desk: ReportDesk, credentials: Credentials, end: float, dialect: Dialect = V2) -> Response:
@@ -221,15 +219,15 @@ def _store(desk: ReportDesk, reply: _Reply, report: Report, received: dt.datetim
     caller = accepted.caller
     headers = reply.headers
     rid = reply.rid
-    check = (caller.namespace, caller.check)
-    inform = check if accepted.informs else None
+    inform = caller.ident if accepted.informs else None
     target = f"{caller.namespace}/{caller.check}"
     who = f"pod {caller.namespace}/{caller.pod_name} ({caller.selector})"
+    store = services.kinds.store_of(caller.ident)
     try:
         write = RunWrite(services.resources, caller.namespace, caller.check, caller.run_uuid,
-                         services.config.pod_name, bounds=Bounds(max(0.3, end - time.monotonic()), end))
+                         services.config.pod_name, bounds=Bounds(max(0.3, end - time.monotonic()), end), store=store)
         record_report(write, report.ok, list(report.errors), now=received,
-                      hint=caller.state or services.khstates.get(caller.namespace, caller.check),
+                      hint=caller.state or services.kinds.state_cache(caller.ident).get(caller.namespace, caller.check),
                       binding=accepted.binding)
     except TokenBound as e:  # bound since the caches last looked (caller.py decides on them first)
         return reply.refused(Refused(401, stats.TOKEN_REQUIRED, str(e), inform))
@@ -244,7 +242,7 @@ def _store(desk: ReportDesk, reply: _Reply, report: Report, received: dt.datetim
             return plain(500, f"failed to store check state for {caller.check}: {e}", headers)
         expires = (caller.deadline or time.time() + HOLD_DEFAULT) + 30.0
         held = Held(caller.namespace, caller.check, caller.run_uuid, report.ok, report.errors, received, expires,
-                    accepted.binding)
+                    accepted.binding, store)
         if not services.held.add(held):
             logger.error("report %s for %s from %s: cannot hold it (503): %s", rid, target, who, e)
             return plain(503, f"cannot store check state for {caller.check} right now: {e}",

@@ -62,6 +62,7 @@ from kuberhealthy.base.times import parse_time
 from kuberhealthy.kube import Cache, Obj, key_of
 from kuberhealthy.records.checkpod import pod_check_index, pod_ip_index, pod_uuid_index
 from kuberhealthy.records.khstate import RunClaim
+from kuberhealthy.records.kinds import Kinds, ident
 from kuberhealthy.run.podstate import start_failure
 from kuberhealthy.web.report.naming import FINISHED, FallbackRead, UnknownCaller, named_by, not_found
 
@@ -160,12 +161,16 @@ class TriageLimits:
 class Triage:
     """Sorts reports by what the caches know (module docstring); one per web app."""
 
-    def __init__(self, pods: Cache, khstates: Cache, notifier: Notifier, rescue: FallbackRead | None,
+    def __init__(self, pods: Cache, kinds: Kinds, notifier: Notifier, rescue: FallbackRead | None,
                  limits: TriageLimits | None = None, *,
                  wall: Callable[[], float] = time.time, clock: Callable[[], float] = time.monotonic) -> None:
         limits = limits or TriageLimits()
         self._pods = pods
-        self._khstates = khstates
+        self._kinds = kinds
+        states: dict[int, tuple[str, Cache]] = {}  # every kind's state cache once, with its ident prefix
+        for kind in kinds:
+            states.setdefault(id(kind.states), (kind.prefix, kind.states))
+        self._states = list(states.values())
         self._notifier = notifier
         self._recent = limits.recent
         self._pool = threading.BoundedSemaphore(limits.pool)
@@ -175,24 +180,35 @@ class Triage:
         self._clock = clock
         self.rescue = RescueReads(rescue, limits.rescue_every, clock) if rescue is not None else None
         self._lock = threading.Lock()
-        self._claims: dict[str, str] = {}  # khstate key -> the uuid of its open claim
-        self._claimed: dict[str, set[str]] = {}  # open claim's uuid -> khstate keys
+        self._claims: dict[str, str] = {}  # check ident -> the uuid of its state's open claim
+        self._claimed: dict[str, set[str]] = {}  # open claim's uuid -> check idents
         self._young: dict[str, float] = {}  # checker pod key -> created (unix s), while it has no IP
         self._unseen: dict[str, tuple[float, str]] = {}  # uuid of a claim naming its pod -> (first seen
         # (monotonic), "<namespace>/<pod>"), until
         # the pod cache holds a pod of that run with an IP
         self.pool_full = 0  # reports answered 503 at once because the pool was full
-        khstates.add_listener(self._on_state)
+        for prefix, cache in self._states:
+            cache.add_listener(self._state_listener(prefix))
         pods.add_listener(self._on_pod)
-        for state in khstates.list():  # what the caches hold already (a change meanwhile is applied twice)
-            self._on_state("ADDED", state, None)
+        for prefix, cache in self._states:  # what the caches hold already (a change meanwhile is applied twice)
+            for state in cache.list():
+                self._on_state(prefix, "ADDED", state, None)
         for pod in pods.list():
             self._on_pod("ADDED", pod, None)
 
     # --- what the caches say --------------------------------------------------------------------------
 
-    def _on_state(self, etype: str, obj: Obj, _prev: Obj | None) -> None:
-        key = key_of(obj)
+    def _state_listener(self, prefix: str) -> Callable[[str, Obj, Obj | None], None]:
+        def changed(etype: str, obj: Obj, prev: Obj | None) -> None:
+            self._on_state(prefix, etype, obj, prev)
+        return changed
+
+    def _states_current(self) -> bool:
+        return all(cache.is_current() for _, cache in self._states)
+
+    def _on_state(self, prefix: str, etype: str, obj: Obj, _prev: Obj | None) -> None:
+        meta = obj.get("metadata") or {}
+        key = ident(str(meta.get("namespace") or ""), str(meta.get("name") or ""), prefix)
         claim = RunClaim.of(obj)
         run = claim.uuid if etype != "DELETED" and not claim.finished else ""
         with self._lock:
@@ -249,7 +265,7 @@ class Triage:
         """Whether the caches may be behind what the API server has (module docstring). A young pod
         without an IP counts only for a report by address (a report naming a uuid is known by the pod's
         label already), and only while a run of ours claims it, or its khstate has not caught up with it."""
-        if not self._pods.is_current() or not self._khstates.is_current():
+        if not self._pods.is_current() or not self._states_current():
             return True
         since, claimed_since = self._wall() - self._recent, self._clock() - self._recent
         with self._lock:
@@ -288,8 +304,8 @@ class Triage:
         runs, checks = pod_uuid_index(pod), pod_check_index(pod)
         if not runs or not checks:
             return False
-        check_ns, _, check = checks[0].partition("/")
-        claim = RunClaim.of(self._khstates.get(check_ns, check))
+        _, check_ns, check = self._kinds.split(checks[0])
+        claim = RunClaim.of(self._kinds.state_cache(checks[0]).get(check_ns, check))
         if start_failure(pod) is not None:
             return False  # stuck on its image: it will never report
         if claim.uuid != runs[0]:
@@ -301,7 +317,7 @@ class Triage:
         current, or a claim seen less than RECENT s ago names it (a run's claim names its pod before the
         pod exists, fallback names too: runner.py) and no pod of its run has an IP in the cache yet. For a
         bearer token naming a pod (tokens.py): a made-up pod is not given a review while runs start."""
-        if not self._pods.is_current() or not self._khstates.is_current():
+        if not self._pods.is_current() or not self._states_current():
             return True
         self.behind()  # drops the signs that have expired
         key = f"{namespace}/{name}"

@@ -1,0 +1,54 @@
+"""The marks of a live migration (`kuberhealthy migrate to-v3 --in-cluster`), and what they mean.
+
+The migration creates, for a khcheck, the HealthCheck of the same name in the same namespace with its
+state carried over, and marks both: the khcheck with MIGRATED_TO (the HealthCheck's name), the
+HealthCheck with MIGRATED_FROM (the khcheck's uid). A pair is only a pair when both marks agree: a
+HealthCheck the migration did not create (no mark, or another khcheck's uid) never pairs, whatever its
+name. While paired, the daemon runs the HealthCheck and not the khcheck (the khcheck is `superseded`),
+and shows the pair once, under the khcheck's key `<ns>/<name>` (on `/` and in the default metrics), so
+dashboards and alerts see one continuous series. Pure.
+"""
+from __future__ import annotations
+
+from kuberhealthy.kube import Cache, Obj
+
+MIGRATED_TO = "kuberhealthy.github.io/migrated-to"  # on a khcheck: the name of the HealthCheck it runs as
+MIGRATED_FROM = "kuberhealthy.github.io/migrated-from"  # on a HealthCheck: the uid of the khcheck it came from
+
+
+def _meta(obj: Obj | None) -> dict[str, object]:
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    return meta if isinstance(meta, dict) else {}
+
+
+def _annotation(obj: Obj | None, key: str) -> str:
+    annotations = _meta(obj).get("annotations")
+    value = annotations.get(key) if isinstance(annotations, dict) else None
+    return value if isinstance(value, str) else ""
+
+
+def is_pair(khcheck: Obj | None, healthcheck: Obj | None) -> bool:
+    """Both marks agree: `healthcheck` is the migration of `khcheck`."""
+    if khcheck is None or healthcheck is None:
+        return False
+    uid = str(_meta(khcheck).get("uid") or "")
+    return bool(uid) and _annotation(khcheck, MIGRATED_TO) == str(_meta(healthcheck).get("name") or "") and \
+        _annotation(healthcheck, MIGRATED_FROM) == uid and \
+        _meta(khcheck).get("namespace") == _meta(healthcheck).get("namespace")
+
+
+def migrated(khcheck: Obj, healthchecks: Cache) -> bool:
+    """The khcheck runs as its HealthCheck now (a pair in the caches)."""
+    target = _annotation(khcheck, MIGRATED_TO)
+    if not target:
+        return False
+    return is_pair(khcheck, healthchecks.get(str(_meta(khcheck).get("namespace") or ""), target))
+
+
+def migrated_from(healthcheck: Obj, khchecks: Cache) -> Obj | None:
+    """The khcheck this HealthCheck is the migration of (both marks agree), or None."""
+    if not _annotation(healthcheck, MIGRATED_FROM):
+        return None
+    meta = _meta(healthcheck)
+    khcheck = khchecks.get(str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+    return khcheck if is_pair(khcheck, healthcheck) else None
