@@ -239,10 +239,11 @@ class Controller(BackgroundThread):
     def _reconcile_checks(self, continuity: bool = False) -> None:
         """Start new checks, stop deleted ones, restart changed ones.
 
-        With `continuity` (leadership just began) each check keeps its cadence: next due at its
-        khstate's LastRun + runInterval. Otherwise, and for checks that never ran or are overdue, the
-        first run is now, spread over a short window so a thousand checks are not a thousand pods in
-        the same second.
+        A check keeps its cadence: next due at its state's LastRun + runInterval, when leadership just
+        began (`continuity`) and for a check new to this controller whose state has run (a check moved
+        to another kind by a migration, or back, carries its state: no run doubled, none missed). A
+        check whose spec changed runs at once, as do checks that never ran or are overdue, spread over
+        a short window so a thousand checks are not a thousand pods in the same second.
         """
         self._last_reconcile = self._clock()
         self.reconciles += 1
@@ -251,8 +252,11 @@ class Controller(BackgroundThread):
         # Stopped workers are not joined here (a step-down must never wait behind a slow pod removal):
         # a restarted check's new run waits in CLEAR for the old run's pod to go anyway.
         self._retiring = [w for w in self._retiring if w.is_alive()]
+        restarted: set[str] = set()  # changed checks: they run at once, as a new check does
         for ident, worker in list(self.workers.items()):
             if desired.get(ident) != worker.spec:
+                if ident in desired:
+                    restarted.add(ident)
                 if ident in desired or worker.is_alive() or not worker.spec.single_run_only:
                     logger.info("Check %s %s", worker.spec.key,
                                 "changed: restarting" if ident in desired else "removed: stopping")
@@ -260,7 +264,7 @@ class Controller(BackgroundThread):
                 self._retiring.append(worker)
                 del self.workers[ident]
         new = [spec for ident, spec in desired.items() if ident not in self.workers]
-        dues = self._first_dues(new, continuity)
+        dues = self._first_dues(new, continuity, restarted)
         for spec in new:
             kind = self.services.kinds.of(spec)
             worker = CheckWorker(self.services, spec, self._runner, self._clock, first_due=dues[spec.ident],
@@ -354,13 +358,13 @@ class Controller(BackgroundThread):
                        "2026-12-02T06:00:00Z); the check is not paused", spec.key, pause.PAUSED_UNTIL, bad)
         self.services.events.pause_ignored(_ref(kind, spec), pause.PAUSED_UNTIL, bad)
 
-    def _first_dues(self, specs: list[CheckSpec], continuity: bool) -> dict[str, float]:
+    def _first_dues(self, specs: list[CheckSpec], continuity: bool, restarted: set[str]) -> dict[str, float]:
         now, wall = self._clock(), self._wall()
         dues: dict[str, float] = {}
         overdue: list[CheckSpec] = []
         for spec in specs:
             last = None
-            if continuity:
+            if continuity or spec.ident not in restarted:
                 state = self.services.kinds.of(spec).states.get(spec.namespace, spec.name)
                 last = parse_time(khstate.Spec.of(state).last_run) if state is not None else None
             if last is not None and last + spec.run_interval > wall:

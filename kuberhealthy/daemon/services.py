@@ -92,7 +92,7 @@ class Services:
         self.kinds = kinds.standard(
             lambda: self.config, kinds.V2Caches(self.khchecks, self.khjobs, self.khstates),
             kinds.V3Parts(self.healthchecks, MappedCache(self.healthchecks, hcstate.view), self.hc_store,
-                          self.v3_gate.reason),
+                          self.v3_gate.reason, lambda obj: migration.pending(obj, self.khchecks)),
             superseded=lambda obj: migration.migrated(obj, self.healthchecks))
         self.deaths = Deaths()  # every thread of the daemon reports an unexpected end here
         for r in (*self.reflectors, self.v3_leases):

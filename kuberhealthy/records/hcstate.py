@@ -111,7 +111,7 @@ def view(hc: Obj, workload: str | None = None) -> Obj:
             or _str(status.get("currentUUID")))
     run_ns = _int(status.get("runDuration"))
     spec: dict[str, Any] = {
-        "OK": status.get("ok") is True,
+        "OK": status.get("ok") is True if "ok" in status else True,  # never run: OK, as a new khstate
         "RunDuration": format_duration(run_ns / 1e9) if run_ns > 0 else "",
         "Namespace": _str(status.get("namespace")) or _str(meta.get("namespace")),
         "Node": _str(status.get("node")),

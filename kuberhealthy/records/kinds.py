@@ -157,6 +157,7 @@ class V3Parts:
     states: Cache
     store: StateStore
     gate: Callable[[], str] = _open
+    pending: Callable[[Obj], bool] = lambda _obj: False  # a migration's HealthCheck whose khcheck still runs
 
 
 def standard(config: Callable[[], Config], v2: V2Caches, v3: V3Parts,
@@ -175,5 +176,6 @@ def standard(config: Callable[[], Config], v2: V2Caches, v3: V3Parts,
              lambda: config().external_check_reporting_url, CHECK_NAME_LABEL, state_resource=KHSTATES,
              runs_once=True),
         Kind(KIND_HEALTHCHECK, HC_PREFIX, HEALTHCHECKS, v3.healthchecks, v3.states, v3.store, "HealthCheck",
-             healthcheck, lambda: config().v3_reporting_url, V3_CHECK_LABEL, finalizer=V3_FINALIZER, gate=v3.gate),
+             healthcheck, lambda: config().v3_reporting_url, V3_CHECK_LABEL, finalizer=V3_FINALIZER, gate=v3.gate,
+             superseded=v3.pending),
     ])

@@ -4,7 +4,10 @@ The migration creates, for a khcheck, the HealthCheck of the same name in the sa
 state carried over, and marks both: the khcheck with MIGRATED_TO (the HealthCheck's name), the
 HealthCheck with MIGRATED_FROM (the khcheck's uid). A pair is only a pair when both marks agree: a
 HealthCheck the migration did not create (no mark, or another khcheck's uid) never pairs, whatever its
-name. While paired, the daemon runs the HealthCheck and not the khcheck (the khcheck is `superseded`),
+name. A HealthCheck carrying MIGRATED_FROM whose khcheck is there but not (yet, or no longer) marked is a
+migration in progress (created, state being carried; or being rolled back): the khcheck runs, the
+HealthCheck waits (`pending`), so no run is doubled while the marks are written one after the other.
+While paired, the daemon runs the HealthCheck and not the khcheck (the khcheck is `superseded`),
 and shows the pair once, under the khcheck's key `<ns>/<name>` (on `/` and in the default metrics), so
 dashboards and alerts see one continuous series. Pure.
 """
@@ -52,3 +55,15 @@ def migrated_from(healthcheck: Obj, khchecks: Cache) -> Obj | None:
     meta = _meta(healthcheck)
     khcheck = khchecks.get(str(meta.get("namespace") or ""), str(meta.get("name") or ""))
     return khcheck if is_pair(khcheck, healthcheck) else None
+
+
+def pending(healthcheck: Obj, khchecks: Cache) -> bool:
+    """The HealthCheck is a migration's whose khcheck still runs: marked as coming from a khcheck that
+    exists with that uid, which is not marked as migrated to it (the migration has not switched yet, or a
+    rollback has switched back)."""
+    uid = _annotation(healthcheck, MIGRATED_FROM)
+    if not uid:
+        return False
+    meta = _meta(healthcheck)
+    khcheck = khchecks.get(str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+    return khcheck is not None and str(_meta(khcheck).get("uid") or "") == uid and not is_pair(khcheck, healthcheck)

@@ -26,21 +26,25 @@ from testbed.fakes.api import Call, FakeApi, Fault
 from testbed.fakes.cache import FakeCache
 from testbed.fakes.clock import Activity, FakeClock, FakeStop, stamp
 from testbed.fakes.world import (
+    KINDS,
     NODE,
     NS,
     POD_NAME,
     REPORTING_URL,
+    V3_REPORTING_URL,
     FakeEvents,
     FakeServices,
     Kubelet,
+    Subject,
     check_spec,
     fake_config,
+    healthcheck,
     khcheck,
     khjob,
     khstate_of,
     report,
 )
 
-__all__ = ["NODE", "NS", "POD_NAME", "REPORTING_URL", "Activity", "Call", "FakeApi", "FakeCache", "FakeClock",
-           "FakeEvents", "FakeServices", "FakeStop", "Fault", "Kubelet", "check_spec", "fake_config", "khcheck",
-           "khjob", "khstate_of", "report", "stamp"]
+__all__ = ["KINDS", "NODE", "NS", "POD_NAME", "REPORTING_URL", "V3_REPORTING_URL", "Activity", "Call", "FakeApi",
+           "FakeCache", "FakeClock", "FakeEvents", "FakeServices", "FakeStop", "Fault", "Kubelet", "Subject",
+           "check_spec", "fake_config", "healthcheck", "khcheck", "khjob", "khstate_of", "report", "stamp"]

@@ -26,12 +26,13 @@ from kuberhealthy.records.checkpod import (
     CHECK_POD_SELECTOR,
     CHECK_POD_STORAGE,
     RUN_ID_LABEL,
+    pod_check_index,
     slim_pod,
 )
 from kuberhealthy.records.checkspec import CheckSpec
 from kuberhealthy.records.statestore import HealthCheckStore
 from kuberhealthy.records.v3lease import V3LeaseGate
-from testbed.fakes.api import FakeApi
+from testbed.fakes.api import Call, FakeApi
 from testbed.fakes.cache import FakeCache
 from testbed.fakes.clock import Activity, FakeClock, T, stamp
 from testbed.fakes.readouts import pod_env_value
@@ -103,13 +104,17 @@ class Kubelet:
 
 
 def report(services: FakeServices, pod: Obj, ok: bool = True, errors: Iterable[str] = ()) -> Obj:
-    """A checker pod's report, stored as POST /externalCheckStatus stores it once it knows the pod."""
+    """A checker pod's report, stored as POST /externalCheckStatus (or /check) stores it once it knows the
+    pod: in the state of the pod's check, whichever kind."""
     meta = pod["metadata"]
     namespace, check = meta["namespace"], meta["annotations"][CHECK_NAME_ANNOTATION]
+    ident = (pod_check_index(pod) or [f"{namespace}/{check}"])[0]
     run_uuid = pod_env_value(pod, ENV_RUN_UUID) or ""
     now = dt.datetime.fromtimestamp(services.clock.wall(), dt.timezone.utc)  # LastRun on the fake wall clock
-    write = khstate.RunWrite(services.resources, namespace, check, run_uuid, services.config.pod_name)
-    return khstate.record_report(write, ok, list(errors), now=now, hint=services.khstates.get(namespace, check))
+    write = khstate.RunWrite(services.resources, namespace, check, run_uuid, services.config.pod_name,
+                             store=services.kinds.store_of(ident))
+    return khstate.record_report(write, ok, list(errors), now=now,
+                                 hint=services.kinds.state_cache(ident).get(namespace, check))
 
 
 def khcheck(name: str, namespace: str = NS, run_interval: str = "1h", timeout: str = "60s",
@@ -128,6 +133,19 @@ def khjob(name: str, namespace: str = NS, phase: str = "", timeout: str = "60s")
                      "podSpec": {"containers": [{"name": "main", "image": "kh-sim/ok"}]}}}
 
 
+def healthcheck(name: str, namespace: str = NS, run_interval: str = "1h", timeout: str = "60s",
+                image: str = "kh-sim/ok", status: dict[str, Any] | None = None, **spec: Any) -> Obj:
+    """A HealthCheck (Kuberhealthy v3's kind) shaped as v3 documents it: the pod's spec under podSpec.spec."""
+    pod_spec = spec.pop("podSpec", None) or {"containers": [{"name": "main", "image": image}]}
+    body: dict[str, Any] = {"runInterval": run_interval, "timeout": timeout, "podSpec": {"spec": pod_spec}}
+    body.update(spec)
+    out: dict[str, Any] = {"apiVersion": HEALTHCHECKS.api_version, "kind": "HealthCheck",
+                           "metadata": {"name": name, "namespace": namespace}, "spec": body}
+    if status is not None:
+        out["status"] = status
+    return out
+
+
 def khstate_of(name: str, namespace: str = NS, annotations: dict[str, str] | None = None, **spec: Any) -> Obj:
     """A khstate as the daemon leaves it, with `spec` fields replaced."""
     body = khstate.new_body(namespace, name, POD_NAME)
@@ -139,6 +157,60 @@ def khstate_of(name: str, namespace: str = NS, annotations: dict[str, str] | Non
 
 def check_spec(name: str = "probe", namespace: str = NS, **kwargs: Any) -> CheckSpec:
     return CheckSpec.of(khcheck(name, namespace, **kwargs))
+
+
+KINDS = (kinds.KIND_KHCHECK, kinds.KIND_HEALTHCHECK)  # the kinds a behaviour suite runs for
+
+
+class Subject:
+    """The check a behaviour test runs, of one kind: put in the fake API, parsed as the controller parses
+    it, and its state read, seeded and faulted wherever that kind keeps it (a khstate; a HealthCheck's
+    status), so one test body holds for every kind."""
+
+    def __init__(self, services: FakeServices, kind: str, name: str = "probe", **spec: Any) -> None:
+        self.services, self.kind, self.name = services, kind, name
+        if kind == kinds.KIND_HEALTHCHECK:
+            pod_spec = spec.pop("podSpec", None)
+            obj = healthcheck(name, podSpec=pod_spec, **spec) if pod_spec is not None else healthcheck(name, **spec)
+            self.resource, self.state_resource = HEALTHCHECKS, HEALTHCHECKS
+            self.state_cache: FakeCache = services.healthchecks
+            self.write: tuple[str, str] = ("replace_status", HEALTHCHECKS.plural)
+        else:
+            obj = khcheck(name, **spec)
+            self.resource, self.state_resource = KHCHECKS, KHSTATES
+            self.state_cache = services.khstates
+            self.write = ("replace", KHSTATES.plural)
+        self.obj = services.api.put(self.resource, obj)
+        self.spec = services.kinds.named(kind).parse(self.obj)  # type: ignore[union-attr]
+
+    @property
+    def store(self) -> khstate.StateStore:
+        return self.services.kinds.of(self.spec).store
+
+    def state(self) -> khstate.Spec:
+        """The check's state as the API server has it."""
+        return khstate.Spec.of(self.raw_state() or {})
+
+    def raw_state(self) -> Obj | None:
+        return self.store.read(self.services.api, self.spec.namespace, self.name, 1.0)
+
+    def seed(self, annotations: dict[str, str] | None = None, **spec: Any) -> None:
+        """Store a state as a daemon leaves it, with these khstate `spec` fields (and annotations)."""
+        body = khstate_of(self.name, self.spec.namespace, annotations, **spec)
+        if self.kind == kinds.KIND_HEALTHCHECK:
+            def change(hc: Obj) -> None:
+                hc["status"] = hcstate.status_of(body, hc.get("status"))
+                if self.services.hc_store.pruned or annotations:
+                    hc["metadata"].setdefault("annotations", {}).update(
+                        {k: v for k, v in hcstate.binding_annotations(body).items() if v is not None})
+            self.services.api.edit(HEALTHCHECKS, self.spec.namespace, self.name, change)
+        else:
+            self.services.api.put(KHSTATES, body)
+
+    def state_writes(self) -> list[Call]:
+        """The API calls that wrote the state."""
+        method, plural = self.write
+        return [c for c in self.services.api.calls if c.method == method and c.plural == plural]
 
 
 class FakeEvents:
@@ -223,7 +295,7 @@ class FakeServices:
         self.kinds = kinds.standard(
             lambda: self.config, kinds.V2Caches(self.khchecks, self.khjobs, self.khstates),
             kinds.V3Parts(self.healthchecks, MappedCache(self.healthchecks, hcstate.view), self.hc_store,
-                          self.v3_gate.reason),
+                          self.v3_gate.reason, lambda obj: migration.pending(obj, self.khchecks)),
             superseded=lambda obj: migration.migrated(obj, self.healthchecks))
         self.stats = SchedulingMetrics()
         self.held = HeldReports(self.api, lambda: self.config.pod_name, wall=self.clock.wall)  # never started

@@ -2,7 +2,8 @@
 
 Runs are stand-ins that record themselves and last until their worker stops them (a check's run is
 the runner's business: tests/unit/test_runner.py); one test wires the real Runner end to end.
-Reconciles are not debounced here (checkChangeDebounce 0) unless a test says so.
+Reconciles are not debounced here (checkChangeDebounce 0) unless a test says so. The tests of checks
+run for each kind (khchecks and HealthChecks: one controller); khjobs have their own.
 """
 from __future__ import annotations
 
@@ -17,12 +18,13 @@ import pytest
 from kuberhealthy.base.threads import Deaths
 from kuberhealthy.base.times import format_datetime, utcnow
 from kuberhealthy.control.controller import MAX_GAP, MAX_SPREAD, Controller, JobWorker, spread
-from kuberhealthy.kube import KHCHECKS, KHJOBS, KHSTATES, PODS, Obj
+from kuberhealthy.kube import HEALTHCHECKS, KHCHECKS, KHJOBS, KHSTATES, PODS, Obj, Resource
 from kuberhealthy.needs import Part
-from kuberhealthy.records import khstate
+from kuberhealthy.records import hcstate, khstate
 from kuberhealthy.records.checkspec import CheckSpec
 from kuberhealthy.run.runner import Outcome, Phase, Runner, RunResult
-from testbed.fakes import NS, FakeClock, FakeServices, fake_config, khcheck, khjob, khstate_of, report
+from testbed.fakes import KINDS, NS, FakeClock, FakeServices, fake_config, khcheck, khjob, report
+from testbed.fakes.world import healthcheck, khstate_of
 
 JOIN = 5.0  # seconds
 
@@ -45,7 +47,7 @@ class StandIn:
             self.stop.wait()
         if self.stop.is_set():
             return RunResult(Outcome.STOPPED, str(uuid.uuid4()), Phase.REPORT)
-        outcome, reason = self.runs.outcomes.get(self.spec.key, (Outcome.REPORTED, ""))
+        outcome, reason = self.runs.outcomes.get(self.spec.ident, (Outcome.REPORTED, ""))
         return RunResult(outcome, str(uuid.uuid4()), Phase.DONE, skip_reason=reason)
 
 
@@ -68,8 +70,9 @@ class Runs:
         self.services.activity.touch()
 
     def of(self, key: str) -> list[StandIn]:
+        """The runs of the check with this ident (key())."""
         with self._lock:
-            return [r for r in self.all if r.spec.key == key]
+            return [r for r in self.all if r.spec.ident == key]
 
     def wait(self, key: str, count: int = 1) -> list[StandIn]:
         def enough() -> list[StandIn]:
@@ -127,8 +130,19 @@ def start_controller(services: FakeServices, runner: Callable[..., Any], parts: 
     return controller
 
 
+_kind: list[str] = []  # the kind of check of the current test
+
+
+@pytest.fixture(params=KINDS)
+def kind(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The kind of the checks a test adds, each in turn."""
+    _kind.append(request.param)
+    yield request.param
+    _kind.clear()
+
+
 @pytest.fixture
-def controller(fake_services: FakeServices, runs: Runs, parts: Parts) -> Iterator[Controller]:
+def controller(fake_services: FakeServices, runs: Runs, parts: Parts, kind: str) -> Iterator[Controller]:
     c = start_controller(fake_services, runs, parts)
     yield c
     stop(c)
@@ -140,19 +154,42 @@ def stop(controller: Controller) -> None:
     assert not controller.is_alive()
 
 
-def add(services: FakeServices, name: str, **spec: str) -> Obj:
-    return services.api.put(KHCHECKS, khcheck(name, **spec))
+def is_v3() -> bool:
+    return bool(_kind) and _kind[0] == "healthcheck"
+
+
+def resource() -> Resource:
+    return HEALTHCHECKS if is_v3() else KHCHECKS
+
+
+def add(services: FakeServices, name: str, **spec: Any) -> Obj:
+    """Put a check of the test's kind (a changed spec when it exists: a new generation)."""
+    obj = healthcheck(name, **spec) if is_v3() else khcheck(name, **spec)
+    old = services.api.peek(resource(), NS, name)
+    obj["metadata"]["generation"] = (old or {}).get("metadata", {}).get("generation", 0) + 1
+    return services.api.put(resource(), obj)
 
 
 def relabel(services: FakeServices, name: str) -> None:
-    """An edit of the khcheck that changes nothing a run uses."""
+    """An edit of the check that changes nothing a run uses."""
     def change(obj: Obj) -> None:
         obj["metadata"]["labels"] = {"edited": str(uuid.uuid4())}
-    services.api.edit(KHCHECKS, NS, name, change)
+    services.api.edit(resource(), NS, name, change)
+
+
+def ran_at(services: FakeServices, name: str, when: str) -> None:
+    """The check's state says it last ran at `when` (RFC 3339)."""
+    if is_v3():
+        def change(obj: Obj) -> None:
+            obj["status"] = hcstate.status_of(khstate_of(name, LastRun=when), obj.get("status"))
+        services.api.edit(HEALTHCHECKS, NS, name, change)
+    else:
+        services.api.put(KHSTATES, khstate_of(name, LastRun=when))
 
 
 def key(name: str) -> str:
-    return f"{NS}/{name}"
+    """The check's ident (how the controller keys its workers)."""
+    return f"{NS}/hc:{name}" if is_v3() else f"{NS}/{name}"
 
 
 # --- reconcile per check -----------------------------------------------------------------------------
@@ -198,7 +235,7 @@ def test_a_deleted_check_stops_its_worker_and_ends_its_run(
     [run_a] = runs.wait(key("a"))
     runs.wait(key("b"))
     worker = controller.workers[key("a")]
-    fake_services.api.remove(KHCHECKS, NS, "a")
+    fake_services.api.remove(resource(), NS, "a")
     worker.join(JOIN)
     assert not worker.is_alive() and run_a.stop.is_set() and run_a.woken
     assert sorted(controller.workers) == [key("b")]
@@ -233,7 +270,7 @@ def test_an_edit_that_changes_nothing_a_run_uses_restarts_nothing(
 
 
 def test_check_changes_within_the_debounce_are_reconciled_together_once_it_has_passed(
-        clock: FakeClock) -> None:
+        clock: FakeClock, kind: str) -> None:
     services = FakeServices(clock=clock, config=fake_config(check_change_debounce=10.0))
     runs = Runs(services)
     controller = start_controller(services, runs)
@@ -258,8 +295,8 @@ def test_check_changes_within_the_debounce_are_reconciled_together_once_it_has_p
 def test_a_check_that_ran_recently_keeps_its_cadence_when_leadership_begins(
         fake_services: FakeServices, runs: Runs, controller: Controller) -> None:
     recently = format_datetime(utcnow())  # the controller reads the wall clock itself (time.time())
-    fake_services.api.put(KHSTATES, khstate_of("a", LastRun=recently))
     add(fake_services, "a", run_interval="1h")
+    ran_at(fake_services, "a", recently)
     add(fake_services, "b", run_interval="1h")  # never ran: due now
     controller.became_leader()
     runs.wait(key("b"))
@@ -371,7 +408,7 @@ def test_khjobs_left_running_by_a_previous_leader_are_completed_if_they_reported
 # --- with the real runner ------------------------------------------------------------------------------
 
 def test_a_leader_runs_each_check_through_a_real_run_to_its_recorded_result(
-        fake_services: FakeServices) -> None:
+        fake_services: FakeServices, kind: str) -> None:
     kubelet = fake_services.kubelet
 
     def checker(pod: Obj) -> None:  # starts, reports at once and exits; the pods of check "bad" report failure
@@ -390,12 +427,14 @@ def test_a_leader_runs_each_check_through_a_real_run_to_its_recorded_result(
     try:
         controller.became_leader()
 
-        def recorded(name: str) -> bool:
-            obj = fake_services.api.peek(KHSTATES, NS, name)
-            return obj is not None and bool(khstate.Spec.of(obj).run_duration)
-        fake_services.until(lambda: recorded("good") and recorded("bad"), "both runs recorded")
-        good = khstate.Spec.of(fake_services.api.peek(KHSTATES, NS, "good") or {})
-        bad = khstate.Spec.of(fake_services.api.peek(KHSTATES, NS, "bad") or {})
+        store = fake_services.kinds.named(kind).store  # type: ignore[union-attr]
+
+        def result(name: str) -> khstate.Spec:
+            return khstate.Spec.of(store.read(fake_services.api, NS, name, 1.0) or {})
+        fake_services.until(lambda: khstate.finished_uuid(store.read(fake_services.api, NS, "good", 1.0)) and
+                            khstate.finished_uuid(store.read(fake_services.api, NS, "bad", 1.0)),
+                            "both runs recorded")
+        good, bad = result("good"), result("bad")
         assert good.ok is True and bad.ok is False and bad.errors == ("it is broken",)
     finally:
         stop(controller)

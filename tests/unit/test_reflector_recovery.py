@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from kuberhealthy.base.errors import Unreachable
+from kuberhealthy.base.errors import NotFound, Unreachable
 from kuberhealthy.kube import KHCHECKS, Reflector, Selection, reflector
 from kuberhealthy.kube.client import Kube
 from kuberhealthy.kube.reflector import READ_GRACE, WATCH_SECONDS
@@ -117,3 +117,44 @@ def test_managed_fields_never_reach_the_cache() -> None:
     kube = FakeKube([[{"type": "MODIFIED", "object": obj("a", "12")}]])
     r = run_reflector(kube)
     assert "managedFields" not in (r.get("ns", "a") or {"metadata": {"managedFields": 1}})["metadata"]
+
+
+class MissingCrd(FakeKube):
+    """A resource whose CRD is not installed (lists answer 404) until `install()`."""
+
+    def __init__(self) -> None:
+        super().__init__([])
+        self.installed = threading.Event()
+
+    def request(self, method: str, path: str, *, query: Any = None, timeout: float = 0, **_: Any) -> Any:
+        if not self.installed.is_set():
+            raise NotFound("the server could not find the requested resource")
+        return super().request(method, path, query=query, timeout=timeout)
+
+
+def test_an_optional_resource_whose_crd_is_missing_is_current_and_says_so_once_then_fills_when_it_appears(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(reflector, "MISSING_RETRY", 0.01)
+    kube = MissingCrd()
+    said: list[bool] = []
+    r = Reflector(kube, KHCHECKS, Selection(), name="kh-test-optional").optional(said.append)  # type: ignore[arg-type]
+    r.start()
+    try:
+        assert r.missing.wait(5) and r.is_current() and not r.synced.is_set()
+        kube.installed.set()
+        assert r.synced.wait(5) and r.get("ns", "a") is not None
+        assert said[:2] == [True, False] and not r.missing.is_set()
+    finally:
+        r.stop()
+        r.join(5)
+
+
+def test_a_resource_not_made_optional_treats_a_404_as_an_error_not_as_missing() -> None:
+    kube = MissingCrd()
+    r = Reflector(kube, KHCHECKS, Selection(), name="kh-test-required")  # type: ignore[arg-type]
+    r.start()
+    try:
+        assert not r.synced.wait(0.3) and not r.missing.is_set() and not r.is_current()
+    finally:
+        r.stop()
+        r.join(5)

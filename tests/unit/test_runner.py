@@ -2,7 +2,8 @@
 
 The run is on its own thread (as on a check worker); the test plays the kubelet, the checker and the
 faults, waiting on what the run does to the fakes (no polling), and moves time past the deadline by
-hand. The reasons are v2's, word for word: alerts and dashboards match on them.
+hand. The reasons are v2's, word for word: alerts and dashboards match on them. Every test runs for each
+kind of check (a khcheck, its state in a khstate; a HealthCheck, its state in its status): one machinery.
 """
 from __future__ import annotations
 
@@ -13,20 +14,43 @@ from typing import Any, Generic, Protocol
 import pytest
 
 from kuberhealthy.base.errors import Unreachable
-from kuberhealthy.kube import KHSTATES, PODS, Api, Cache, Obj
+from kuberhealthy.kube import HEALTHCHECKS, KHSTATES, PODS, Api, Cache, Obj, Resource
 from kuberhealthy.needs import ControlNeeds, ReaperNeeds, RunNeeds, WebNeeds
 from kuberhealthy.records import khstate
 from kuberhealthy.records.checkpod import build_pod
 from kuberhealthy.records.checkspec import CheckSpec
 from kuberhealthy.run.runner import Outcome, Phase, Runner, RunResult
-from testbed.fakes import NODE, NS, REPORTING_URL, FakeServices, FakeStop, check_spec, khstate_of, report
+from testbed.fakes import KINDS, NODE, NS, REPORTING_URL, FakeServices, FakeStop, Subject, report
 from testbed.fakes.clock import stamp
 from testbed.fakes.readouts import skipped_count
 
-CHECK = check_spec("probe", timeout="60s")
-PAST_DEADLINE = 61.0  # seconds: CHECK's timeout, and a little
+PAST_DEADLINE = 61.0  # seconds: the check's timeout, and a little
 
 _started: list[Run] = []  # runs of the current test
+_subject: list[Subject] = []  # the check of the current test
+
+
+@pytest.fixture(params=KINDS)
+def subject(request: pytest.FixtureRequest, fake_services: FakeServices) -> Iterator[Subject]:
+    """The check under test, of each kind in turn (every test of this module runs for both)."""
+    it = Subject(fake_services, request.param, timeout="60s")
+    _subject.append(it)
+    yield it
+    _subject.clear()
+
+
+@pytest.fixture(autouse=True)
+def each_kind(subject: Subject) -> Subject:
+    return subject
+
+
+def the_check() -> CheckSpec:
+    return _subject[0].spec
+
+
+def state_res() -> Resource:
+    """Where the check's state is written."""
+    return HEALTHCHECKS if _subject[0].kind == "healthcheck" else KHSTATES
 
 
 @pytest.fixture(autouse=True)
@@ -42,7 +66,8 @@ def halt_runs_left_running() -> Iterator[None]:
 class Run:
     """Runner(check).run() on a thread named like a worker's (so the leak guard sees it), driven by the test."""
 
-    def __init__(self, services: FakeServices, check: CheckSpec = CHECK) -> None:
+    def __init__(self, services: FakeServices, check: CheckSpec | None = None) -> None:
+        check = check or the_check()
         self.services = services
         self.stop = FakeStop(services.clock)
         self.runner = Runner(services, check, self.stop, clock=services.clock, wall=services.clock.wall)
@@ -74,11 +99,13 @@ class Run:
         self._thread.shutdown(wait=True)
 
 
-def state(services: FakeServices, name: str = "probe") -> khstate.Spec:
-    return khstate.Spec.of(services.api.peek(KHSTATES, NS, name) or {})
+def state(services: FakeServices) -> khstate.Spec:
+    """The check's state as the API server has it (its khstate, or its HealthCheck's status)."""
+    return _subject[0].state()
 
 
 def execution_error(reason: str, name: str = "probe") -> tuple[str, ...]:
+    """v2's run error, naming the check `<ns>/<name>` (a HealthCheck's too)."""
     return (f"Check execution error: {NS}/{name}: {reason}",)
 
 
@@ -115,8 +142,8 @@ def terminated(name: str, code: int, reason: str) -> dict[str, Any]:
 
 
 def earlier_pod(services: FakeServices, run_uuid: str = "earlier-run", age: float = 600.0, **status: Any) -> Obj:
-    """A checker pod of CHECK left by an earlier run, Running on the node."""
-    body = build_pod(CHECK, run_uuid, services.clock.wall() - age, REPORTING_URL)
+    """A checker pod of the check left by an earlier run, Running on the node."""
+    body = build_pod(the_check(), run_uuid, services.clock.wall() - age, REPORTING_URL)
     body["status"] = {"phase": "Running", **status}
     return services.api.put(PODS, body)
 
@@ -163,16 +190,17 @@ def test_a_check_that_reports_failure_is_recorded_with_its_errors(fake_services:
     assert s.ok is False and s.errors == ("disk full", "dns slow") and s.uuid == result.run_uuid
 
 
-def test_a_run_whose_khstate_is_cached_costs_one_claim_one_create_and_one_record(
-        fake_services: FakeServices) -> None:
-    fake_services.api.put(KHSTATES, khstate_of("probe", uuid="the-run-before"))
+def test_a_run_whose_state_is_cached_costs_one_claim_one_create_and_one_record(
+        fake_services: FakeServices, subject: Subject) -> None:
+    subject.seed(uuid="the-run-before")
+    fake_services.api.calls.clear()
     run = Run(fake_services)
     pod = fake_services.kubelet.run(run.pod())
     report(fake_services, pod)  # the report handler's write, not the run's
     fake_services.kubelet.finish(pod)
     assert run.result().outcome is Outcome.REPORTED
-    assert [(c.method, c.plural) for c in fake_services.api.calls] == [
-        ("replace", "khstates"), ("create", "pods"), ("replace", "khstates"), ("replace", "khstates")]
+    write = subject.write
+    assert [(c.method, c.plural) for c in fake_services.api.calls] == [write, ("create", "pods"), write, write]
 
 
 def test_a_pod_that_never_leaves_pending_fails_as_not_seen_running_within_the_timeout(
@@ -189,17 +217,18 @@ def test_a_pod_that_never_leaves_pending_fails_as_not_seen_running_within_the_ti
 
 
 def test_a_run_that_times_out_pending_reads_only_its_pod_then_records_from_its_cache(
-        fake_services: FakeServices) -> None:
+        fake_services: FakeServices, subject: Subject) -> None:
     """A slow start costs no more than a quick run: the pod's fresh read (its containers never ran, so no
-    report can be stored: no khstate read), the failure written from the cached khstate, the eviction."""
-    fake_services.api.put(KHSTATES, khstate_of("probe", uuid="the-run-before"))
+    report can be stored: no state read), the failure written from the cached state, the eviction."""
+    subject.seed(uuid="the-run-before")
+    fake_services.api.calls.clear()
     run = Run(fake_services)
     run.pod()
     fake_services.clock.advance(PAST_DEADLINE)
     assert run.result().outcome is Outcome.FAILED
-    assert [(c.method, c.plural) for c in fake_services.api.calls
-            if c.plural in ("khstates", "pods")] == [
-        ("replace", "khstates"), ("create", "pods"), ("get", "pods"), ("evict_pod", "pods"), ("replace", "khstates")]
+    write = subject.write
+    assert [(c.method, c.plural) for c in fake_services.api.calls] == [
+        write, ("create", "pods"), ("get", "pods"), ("evict_pod", "pods"), write]
 
 
 def test_a_checker_that_never_reports_times_out_waiting_for_the_report(fake_services: FakeServices) -> None:
@@ -245,10 +274,12 @@ def test_an_image_that_cannot_be_pulled_fails_the_run_at_once(fake_services: Fak
     assert gone(fake_services, pod)
 
 
-def test_a_pod_spec_without_an_image_fails_the_run_before_any_pod_is_created(fake_services: FakeServices) -> None:
-    result = Run(fake_services, check_spec("probe", image="")).result()
+def test_a_pod_spec_without_an_image_fails_the_run_before_any_pod_is_created(
+        fake_services: FakeServices, subject: Subject) -> None:
+    blank = Subject(fake_services, subject.kind, "blank", image="")
+    result = Run(fake_services, blank.spec).result()
     assert result.outcome is Outcome.FAILED and result.phase is Phase.VALIDATE
-    assert state(fake_services).errors == execution_error("podSpec container main has no image")
+    assert blank.state().errors == execution_error("podSpec container main has no image", "blank")
     assert not fake_services.api.made("create", PODS)
 
 
@@ -382,11 +413,11 @@ def test_a_checker_pod_that_exited_before_it_was_deleted_is_recorded(fake_servic
     pod = fake_services.kubelet.run(run.pod())
     report(fake_services, pod, ok=True)
     run.reached(Phase.EXIT)
-    fake_services.khstates.pause()  # RECORD waits on its write; the run is past EXIT before the deletion
+    _subject[0].state_cache.pause()  # RECORD waits on its write; the run is past EXIT before the deletion
     fake_services.kubelet.finish(pod)
     fake_services.until(lambda: run.runner.phase is not Phase.EXIT, "the run past EXIT")
     drained(fake_services, pod)
-    fake_services.khstates.resume()
+    _subject[0].state_cache.resume()
     result = run.result()
     assert result.outcome is Outcome.REPORTED and state(fake_services).node == NODE
 
@@ -404,18 +435,19 @@ def test_an_oom_killed_checker_fails_with_v2s_reason_first_and_the_oom_kill_seco
     assert fake_services.events.recorded[-1] == ("CheckFailed", f"{NS}/probe", errors[0])
 
 
-def test_a_failed_init_container_fails_the_run_and_says_which_one_exited_how(fake_services: FakeServices) -> None:
-    check = check_spec("probe", timeout="60s", podSpec={
+def test_a_failed_init_container_fails_the_run_and_says_which_one_exited_how(
+        fake_services: FakeServices, subject: Subject) -> None:
+    init = Subject(fake_services, subject.kind, "init", timeout="60s", podSpec={
         "initContainers": [{"name": "setup", "image": "kh-sim/ok"}],
         "containers": [{"name": "main", "image": "kh-sim/ok"}]})
-    run = Run(fake_services, check)
+    run = Run(fake_services, init.spec)
     pod = run.pod()
     ended(fake_services, pod, initContainerStatuses=[terminated("setup", 1, "Error")],
           containerStatuses=[{"name": "main", "state": {"waiting": {"reason": "PodInitializing"}}}])
     result = run.result()
     assert result.outcome is Outcome.FAILED
-    assert state(fake_services).errors == (*execution_error("timed out waiting for checker pod to report in"),
-                                           f"checker pod {result.pod} init container setup exited 1")
+    assert init.state().errors == (*execution_error("timed out waiting for checker pod to report in", "init"),
+                                   f"checker pod {result.pod} init container setup exited 1")
 
 
 def test_a_checker_evicted_by_its_node_under_pressure_fails_and_says_so(fake_services: FakeServices) -> None:
@@ -467,8 +499,10 @@ def test_an_earlier_pod_the_run_cleared_is_not_taken_for_its_own_pod_deleted(fak
 
 # --- faults -------------------------------------------------------------------------------------------------
 
-def test_api_errors_at_claim_and_create_are_retried_within_the_deadline(fake_services: FakeServices) -> None:
-    fake_services.api.fail("create", KHSTATES)  # the claim creates the khstate
+def test_api_errors_at_claim_and_create_are_retried_within_the_deadline(
+        fake_services: FakeServices, subject: Subject) -> None:
+    claim = ("create", KHSTATES) if subject.kind == "khcheck" else ("replace_status", HEALTHCHECKS)
+    fake_services.api.fail(*claim)  # the claim creates the khstate (writes the HealthCheck's status)
     fake_services.api.fail("create", PODS, times=2)
     run = Run(fake_services)
     pod = fake_services.kubelet.run(run.pod())
@@ -476,7 +510,7 @@ def test_api_errors_at_claim_and_create_are_retried_within_the_deadline(fake_ser
     fake_services.kubelet.finish(pod)
     result = run.result()
     assert result.outcome is Outcome.REPORTED and state(fake_services).ok is True
-    assert len(fake_services.api.made("create", KHSTATES)) == 2 and len(fake_services.api.made("create", PODS)) == 3
+    assert len(fake_services.api.made(*claim)) >= 2 and len(fake_services.api.made("create", PODS)) == 3
     assert 0 < result.duration < 10  # the backoff passed on the fake clock, not the real one
 
 
@@ -485,7 +519,8 @@ def test_an_api_error_at_record_is_retried_and_the_duration_and_node_are_written
     run = Run(fake_services)
     pod = fake_services.kubelet.run(run.pod())
     report(fake_services, pod)
-    fake_services.api.fail("replace", KHSTATES)  # the run's next khstate write is RECORD
+    fake_services.api.fail(_subject[0].write[0], state_res())  # the run's next state write is RECORD
+    fake_services.clock.advance(1.0)  # a duration to write (a HealthCheck's is nanoseconds: 0 reads as unset)
     fake_services.kubelet.finish(pod)
     result = run.result()
     assert result.outcome is Outcome.REPORTED and result.phase is Phase.DONE
@@ -509,7 +544,7 @@ def test_a_run_the_api_server_is_away_for_is_skipped_not_failed(fake_services: F
     assert result.outcome is Outcome.SKIPPED and result.skip_reason == "api-unavailable"
     assert skipped_count(fake_services.stats, "api-unavailable") == 1
     fake_services.api.down = False
-    assert fake_services.api.peek(KHSTATES, NS, "probe") is None and not fake_services.api.objects(PODS)
+    assert state(fake_services).uuid == "" and not fake_services.api.objects(PODS)
 
 
 def test_a_run_whose_caches_were_not_current_is_skipped_not_failed(fake_services: FakeServices) -> None:
@@ -525,18 +560,19 @@ def test_a_run_whose_caches_were_not_current_is_skipped_not_failed(fake_services
     assert gone(fake_services, pod)
 
 
-def test_a_report_the_khstate_cache_has_not_seen_yet_is_confirmed_by_a_read_not_failed(
-        fake_services: FakeServices) -> None:
-    """The khstate watch is behind when the pod ends; one read finds the report. (RECORD then writes
+def test_a_report_the_state_cache_has_not_seen_yet_is_confirmed_by_a_read_not_failed(
+        fake_services: FakeServices, subject: Subject) -> None:
+    """The state watch is behind when the pod ends; one read finds the report. (RECORD then writes
     from the stale cache copy, gets a 409 and re-reads: the product's conflict backoff, 20-40 ms real.)"""
     run = Run(fake_services)
     pod = fake_services.kubelet.run(run.pod())
     run.reached(Phase.REPORT)
-    fake_services.khstates.pause()
+    subject.state_cache.pause()
     report(fake_services, pod, ok=False, errors=["slow dns"])
+    fake_services.clock.advance(1.0)  # a duration to write (a HealthCheck's is nanoseconds: 0 reads as unset)
     fake_services.kubelet.finish(pod)
     result = run.result()
-    fake_services.khstates.resume()
+    subject.state_cache.resume()
     assert result.outcome is Outcome.REPORTED and result.phase is Phase.DONE
     s = state(fake_services)
     assert s.errors == ("slow dns",) and s.node == NODE and s.run_duration
