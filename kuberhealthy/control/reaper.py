@@ -24,8 +24,12 @@ Semantics follow Kuberhealthy v2.7.1's reaper, with these deliberate differences
     (v2 then never reaped the pod) it falls back to the latest condition transition, then startTime,
     then creationTimestamp.
 
+Checker pods our pod cache does not select (a check's label without our app label: pods upstream v3 left
+behind before a cluster moved to this daemon) are found by one list per pod label every FOREIGN_EVERY
+passes, and reaped by the same rules.
+
 What this module does not do: touch Pending or Running pods (the runner owns live pods), decide who
-leads (the controller starts these parts only on the leader), or list anything from the API.
+leads (the controller starts these parts only on the leader), or list anything else from the API.
 """
 from __future__ import annotations
 
@@ -41,11 +45,14 @@ from kuberhealthy.base.threads import PeriodicThread
 from kuberhealthy.base.times import parse_time
 from kuberhealthy.kube import PODS, Cache, Obj, Resource, key_of
 from kuberhealthy.needs import ReaperNeeds
-from kuberhealthy.records.checkpod import pod_check_index
+from kuberhealthy.records.checkpod import APP_LABEL, APP_LABEL_VALUE, pod_check_index
 from kuberhealthy.records.kinds import Kind
 
 logger = logging.getLogger(__name__)
 
+FOREIGN_EVERY = 10  # passes between looks for checker pods our pod cache does not select
+FOREIGN_SELECTOR = f"{APP_LABEL}!={APP_LABEL_VALUE}"  # with a check's label, without our app label
+LIST_TIMEOUT = 10.0  # seconds
 MIN_CHECK_POD_AGE = 30.0  # seconds: the count-based clean-up leaves a just-finished pod this long
 FINISHED_PHASES = ("Succeeded", "Failed")
 
@@ -203,6 +210,26 @@ class CheckReaper(_Periodic):
         self.services = services
         self.now = now  # wall clock: ages are measured against API timestamps
         self.limits = Limits.from_config(services.config)
+        self._passes = 0
+
+    def _foreign_pods(self) -> list[Obj]:
+        """Every FOREIGN_EVERY passes, one list per kind's pod label of the checker pods our pod cache does
+        not select (labelled as a check's, not with our app label: left by upstream v3 before a move to
+        this daemon); none on the other passes. The pod cache stays ours alone."""
+        self._passes += 1
+        if self._passes % FOREIGN_EVERY != 1:
+            return []
+        found: list[Obj] = []
+        namespace = self.services.config.target_namespace or None
+        for label in sorted({kind.pod_label for kind in self.services.kinds}):
+            try:
+                items, _ = self.services.resources.list(PODS, namespace, f"{label},{FOREIGN_SELECTOR}",
+                                                        timeout=LIST_TIMEOUT)
+            except ApiError as e:
+                logger.warning("%s: cannot list checker pods left by others: %s", self.thread_name, e)
+                continue
+            found.extend(items)
+        return found
 
     def start(self) -> None:
         lim = self.limits
@@ -217,7 +244,7 @@ class CheckReaper(_Periodic):
         deleted: list[Doomed] = []
         now = self.now()
         if s.pods.synced.is_set():
-            for d in pods_to_reap(s.pods.list(), now, self.limits):
+            for d in pods_to_reap([*s.pods.list(), *self._foreign_pods()], now, self.limits):
                 if self._stop.is_set():
                     return deleted
                 if self._delete(s, PODS, d):

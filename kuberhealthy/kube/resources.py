@@ -180,9 +180,13 @@ class Resources:
         created = dict(self.kube.request("POST", res.path(namespace), query=query, body=body, timeout=timeout))
         return created if dry_run else self._written(res, created)
 
-    def replace(self, res: Resource, namespace: str, name: str, body: Obj, timeout: float = READ_TIMEOUT) -> Obj:
-        """PUT with the body's resourceVersion: Conflict when someone wrote in between."""
-        return self._written(res, dict(self.kube.request("PUT", res.path(namespace, name), body=body, timeout=timeout)))
+    def replace(self, res: Resource, namespace: str, name: str, body: Obj, timeout: float = READ_TIMEOUT,
+                dry_run: bool = False) -> Obj:
+        """PUT with the body's resourceVersion: Conflict when someone wrote in between. With `dry_run` the
+        API server answers what it would store (pruned, defaulted) and stores nothing."""
+        query = {"dryRun": "All"} if dry_run else None
+        answer = dict(self.kube.request("PUT", res.path(namespace, name), query=query, body=body, timeout=timeout))
+        return answer if dry_run else self._written(res, answer)
 
     def merge_patch(self, res: Resource, namespace: str, name: str, patch: Obj, timeout: float = READ_TIMEOUT) -> Obj:
         return self._written(res, dict(self.kube.request("PATCH", res.path(namespace, name), body=patch,

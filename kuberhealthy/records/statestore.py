@@ -9,10 +9,12 @@ StateStore runs such a mutate against the object that really holds the state:
                     subresource: the mutate sees hcstate.view(hc) and its answer goes back as
                     hcstate.status_of(); a missing HealthCheck is never created (NotFound)
 
-Where the installed HealthCheck CRD is v3's own, the API server prunes our status fields. The store
-finds that out from its first write (the answer lacks the run binding it sent), says so once (log and a
-callback the daemon turns into an Event), and from then on also keeps the run binding in the
-HealthCheck's annotations (hcstate.binding_annotations): one more write for a write that changes it.
+Where the installed HealthCheck CRD is v3's own, the API server prunes our status fields. Before its
+first write the store asks with a dry run (a status PUT with dryRun=All carrying a run binding: nothing
+is stored) and, should the CRD be replaced later, any write whose answer lacks the binding it sent tells
+again. When pruned, it says so once (log and a callback the daemon turns into an Event), and keeps the
+run binding in the HealthCheck's annotations too (hcstate.binding_annotations): one more write for a
+write that changes it.
 Two writes are not atomic, so their order keeps every reader right in between: a new run's claim goes
 to the annotations first (no report of the old run is taken meanwhile), anything else to the status
 first (a runner waiting for "reported" never sees the stamp before the result).
@@ -43,7 +45,8 @@ class HealthCheckStore:
         self._checks = checks
         self._on_pruned = on_pruned
         self._lock = threading.Lock()
-        self.pruned = False  # the installed CRD drops our status fields (found by a write)
+        self.pruned = False  # the installed CRD drops our status fields (found by a dry run or a write)
+        self.probed = False  # the dry run was made
         self.binding_writes = 0  # extra annotation writes made because of it
 
     def read(self, api: Api, namespace: str, name: str, timeout: float) -> Obj | None:
@@ -61,9 +64,24 @@ class HealthCheckStore:
             return None
         return hc
 
+    def probe(self, api: Api, hc: Obj, timeout: float) -> None:
+        """The dry run: would a status write of `hc` keep a run binding? (Once; a failed one is made again.)"""
+        meta = hc.get("metadata") or {}
+        body = json_copy(hc)
+        body["status"] = {**(hc.get("status") or {}), hcstate.RUN_BINDING: {"uuid": "kuberhealthy-crd-probe"}}
+        answer = api.replace(HEALTHCHECKS.status(), str(meta.get("namespace") or ""), str(meta.get("name") or ""),
+                             body, timeout=timeout, dry_run=True)
+        self.probed = True
+        if hcstate.RUN_BINDING not in (answer.get("status") or {}):
+            self._found_pruned(hc)
+
     def update(self, api: Api, namespace: str, name: str, mutate: Mutate, hint: Obj | None,
                bounds: Bounds) -> Obj | None:
         wanted: list[Obj] = []  # the view the last mutate asked for
+        if not self.probed:
+            current = self._checks.get(namespace, name) if self._checks is not None else None
+            if current is not None:
+                self.probe(api, current, bounds.timeout)
 
         def on_status(hc: Obj | None) -> Obj | None:
             wanted.clear()

@@ -144,10 +144,12 @@ class FakeApi:
             fn(copy.deepcopy(out))
         return out
 
-    def replace(self, res: Resource, namespace: str, name: str, body: Obj, timeout: float = 0) -> Obj:
+    def replace(self, res: Resource, namespace: str, name: str, body: Obj, timeout: float = 0,
+                dry_run: bool = False) -> Obj:
         with self._lock:
             sub = res.subresource
-            fault = self._enter("replace_status" if sub == "status" else "replace", res, namespace, name, body)
+            method = "replace_status" if sub == "status" else "replace"
+            fault = self._enter(method + ("_dry_run" if dry_run else ""), res, namespace, name, body)
             current = self._existing(res, namespace, name)
             if (body.get("metadata") or {}).get("resourceVersion") != current["metadata"]["resourceVersion"]:
                 raise Conflict(f'Operation cannot be fulfilled on {res.plural} "{name}": the object has been '
@@ -164,6 +166,8 @@ class FakeApi:
                     if obj["status"] is None:
                         del obj["status"]
             obj["metadata"].update({k: current["metadata"][k] for k in ("uid", "creationTimestamp", "namespace")})
+            if dry_run:
+                return copy.deepcopy(obj)
             out = self._store(res, obj, "MODIFIED")
         self._lost(fault)
         return out

@@ -12,8 +12,20 @@ from testbed.fakes.clock import Activity, FakeClock
 
 
 def _labels_match(obj: Obj, selector: str | None) -> bool:
+    """A label selector of equalities (`a=b`, `a==b`), inequalities (`a!=b`: true without the label, as
+    the API server has it) and existence (`a`)."""
     labels = (obj.get("metadata") or {}).get("labels") or {}
-    return all(labels.get(k) == v for k, v in _terms(selector))
+    for term in filter(None, (selector or "").split(",")):
+        if "!=" in term:
+            k, _, v = term.partition("!=")
+            if labels.get(k.strip()) == v.strip():
+                return False
+        elif "=" not in term:
+            if term.strip() not in labels:
+                return False
+        elif not all(labels.get(k) == v for k, v in _terms(term)):
+            return False
+    return True
 
 
 def _terms(selector: str | None) -> list[tuple[str, str]]:

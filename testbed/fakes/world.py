@@ -182,6 +182,8 @@ class Subject:
             self.write = ("replace", KHSTATES.plural)
         self.obj = services.api.put(self.resource, obj)
         self.spec = services.kinds.named(kind).parse(self.obj)  # type: ignore[union-attr]
+        if kind == kinds.KIND_HEALTHCHECK and not services.hc_store.probed:
+            services.hc_store.probe(services.api, self.obj, 1.0)  # the daemon's dry run, made before any run
 
     @property
     def store(self) -> khstate.StateStore:

@@ -16,6 +16,7 @@ from kuberhealthy.base.errors import NotFound
 from kuberhealthy.base.times import format_datetime, utcnow
 from kuberhealthy.control.controller import Controller
 from kuberhealthy.control.finalizers import Finalizers, wakeups
+from kuberhealthy.control.reaper import CheckReaper
 from kuberhealthy.kube import HEALTHCHECKS, KHCHECKS, LEASES, PODS, Bounds, Obj
 from kuberhealthy.kube.mappedcache import MappedCache
 from kuberhealthy.records import hcstate, khstate, migration
@@ -51,7 +52,8 @@ def test_a_claim_a_report_and_a_result_land_in_the_status_with_v3_s_names(fake_s
     assert status["currentUUID"] == "" and status["runBinding"]["finishedUUID"] == "run-1"
     assert status["lastRunUnix"] > 0 and status["node"] == "node-1"
     writes = [c.method for c in fake_services.api.calls if c.plural == "healthchecks" and c.method != "get"]
-    assert writes == ["replace_status"] * 3  # each write one PUT of the status subresource
+    # the dry run before the first write (does the CRD keep our fields?), then one PUT of the status each
+    assert writes == ["replace_status_dry_run"] + ["replace_status"] * 3
 
 
 def test_a_healthcheck_that_is_gone_is_never_created_by_a_write(fake_services: FakeServices) -> None:
@@ -312,3 +314,21 @@ def test_a_deleted_healthcheck_loses_v3_s_finalizer_once_its_pods_are_gone(fake_
     assert fake_services.api.peek(PODS, NS, "final-v3") is None
     assert part.pass_once() == 0
     assert (fake_services.api.peek(HEALTHCHECKS, NS, "final") or {})["metadata"]["finalizers"] == ["other.io/keep"]
+
+
+def test_finished_checker_pods_upstream_v3_left_are_reaped_by_the_same_rules_as_ours(
+        fake_services: FakeServices) -> None:
+    old = {"metadata": {"name": "v3-old", "namespace": NS, "labels": {"healthcheck": "probe"},
+                        "creationTimestamp": "2020-01-01T00:00:00Z"},
+           "spec": {"containers": [{"name": "c", "image": "x"}]},
+           "status": {"phase": "Succeeded", "containerStatuses": [
+               {"name": "c", "state": {"terminated": {"exitCode": 0, "finishedAt": "2020-01-01T00:00:05Z"}}}]}}
+    fake_services.api.put(PODS, old)
+    running = {**old, "metadata": {**old["metadata"], "name": "v3-running"}, "status": {"phase": "Running"}}
+    fake_services.api.put(PODS, running)
+    reaper = CheckReaper(fake_services)
+    assert [d.name for d in reaper.reap_once()] == ["v3-old"]  # older than maxCheckPodAge; a live one is left
+    assert fake_services.api.peek(PODS, NS, "v3-running") is not None
+    lists = len(fake_services.api.made("list", PODS))
+    reaper.reap_once()
+    assert len(fake_services.api.made("list", PODS)) == lists  # looked for again only every few passes
