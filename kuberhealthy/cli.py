@@ -2,7 +2,8 @@
 `kuberhealthy stop-release`, stop a release's daemons before `helm uninstall` (daemon/stoprelease.py); or, as
 `kuberhealthy check-service`, the chart's `helm test` (daemon/checkservice.py); or, as `kuberhealthy migrate
 to-v3|from-v3`, khcheck and khjob manifests turned into v3's HealthCheck manifests and back
-(records/v3manifests.py).
+(records/v3manifests.py), or with `to-v3 --in-cluster [--rollback]` a cluster's khchecks moved to
+HealthChecks with their state, and back (daemon/migratelive.py).
 
 The only module that exits the process. A bad config value or an unusable kubeconfig is one line on
 stderr naming the key, and exit code 2; nothing half-starts.
@@ -18,6 +19,7 @@ from kuberhealthy import __version__
 from kuberhealthy.base.config import DEFAULT_CONFIG_PATH, Config, load
 from kuberhealthy.base.errors import ConfigError
 from kuberhealthy.daemon import checkservice
+from kuberhealthy.daemon.migratelive import LiveMigration, Unusable
 from kuberhealthy.daemon.server import serve
 from kuberhealthy.daemon.stoprelease import stop_release
 from kuberhealthy.kube import Kube, Resources
@@ -46,7 +48,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                f"uninstall; `kuberhealthy {CHECK_SERVICE} --help`: check a release's Service answers "
                "(the chart's `helm test`); "
                f"`kuberhealthy {MIGRATE} --help`: turn khcheck and khjob manifests into v3's HealthCheck "
-               "manifests and back.")
+               "manifests and back, or move a cluster's khchecks to HealthChecks (to-v3 --in-cluster).")
     p.add_argument("-c", "--config", metavar="FILE", default=None,
                    help=f"YAML config file (default {DEFAULT_CONFIG_PATH}; a missing default file means "
                         "all defaults)")
@@ -96,13 +98,21 @@ def parse_stop_args(argv: list[str]) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def connect(kubeconfig: str | None, prog: str) -> Kube | None:
+    """A connection per the kubeconfig (None: in-cluster, else KUBECONFIG or ~/.kube/config); None, with
+    the reason on stderr, when it cannot be used."""
+    try:
+        return Kube.connect(kubeconfig)
+    except ConfigError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return None
+
+
 def stop_release_main(argv: list[str]) -> int:
     args = parse_stop_args(argv)
     setup_logging("info")
-    try:
-        kube = Kube.connect(args.kubeconfig)
-    except ConfigError as e:
-        print(f"kuberhealthy: error: {e}", file=sys.stderr)
+    kube = connect(args.kubeconfig, "kuberhealthy")
+    if kube is None:
         return EXIT_CONFIG
     try:
         outcome = stop_release(Resources(kube), args.namespace, args.deployment, args.timeout)
@@ -152,18 +162,67 @@ def parse_migrate_args(argv: list[str]) -> argparse.Namespace:
                     "no place for is named on stderr and carried in an annotation that the way back consumes. "
                     "Objects of other kinds are left out and named on stderr. Exits 0 (converted), 1 (nothing "
                     "to convert) or 2 (bad arguments, unreadable input, invalid YAML, an object that cannot be "
-                    "converted; nothing is written).")
+                    "converted; nothing is written). `to-v3 --in-cluster` moves the khchecks of a cluster instead, "
+                    "with their state (see `to-v3 --help`).")
     sub = p.add_subparsers(dest="direction", required=True, metavar="{to-v3,from-v3}")
     for name, what in ((TO_V3, "khchecks and khjobs to HealthChecks (a khjob becomes singleRunOnly: true)"),
                        (FROM_V3, "HealthChecks to khchecks, or khjobs where singleRunOnly is true")):
-        s = sub.add_parser(name, help=what, description=f"Turn {what}.")
-        s.add_argument("file", metavar="FILE", nargs="?", default="-",
+        s = sub.add_parser(name, help=what, description=f"Turn {what}." + (LIVE_HELP if name == TO_V3 else ""))
+        s.add_argument("file", metavar="FILE", nargs="?", default=None,
                        help="the manifests to convert (default -: stdin)")
-    return p.parse_args(argv)
+        if name == TO_V3:
+            s.add_argument("--in-cluster", action="store_true",
+                           help="migrate the khchecks of the cluster, with their state, instead of manifests")
+            s.add_argument("--namespace", metavar="NS", default=None,
+                           help="with --in-cluster: only this namespace (default: every namespace you can see)")
+            s.add_argument("--dry-run", action="store_true",
+                           help="with --in-cluster: write nothing, say what would be done")
+            s.add_argument("--rollback", action="store_true",
+                           help="with --in-cluster: undo a migration (state copied back to the khstates)")
+            s.add_argument("--kubeconfig", metavar="FILE", default=None,
+                           help="with --in-cluster: kubeconfig file (default: in-cluster config, else KUBECONFIG "
+                                "or ~/.kube/config)")
+    args = p.parse_args(argv)
+    live = getattr(args, "in_cluster", False)
+    if live and args.file is not None:
+        p.error("--in-cluster takes no FILE")
+    if not live and any(getattr(args, k, None) for k in ("namespace", "dry_run", "rollback", "kubeconfig")):
+        p.error("--namespace, --dry-run, --rollback and --kubeconfig go with --in-cluster")
+    if args.file is None:
+        args.file = "-"
+    return args
+
+
+LIVE_HELP = (" With --in-cluster: for each khcheck, create the HealthCheck of the same name with the khcheck's "
+             "state (khstate) in its status and mark the khcheck migrated (annotation "
+             "kuberhealthy.github.io/migrated-to): from then the daemon runs the HealthCheck on the khcheck's "
+             "schedule instead of the khcheck. A HealthCheck of that name that the migration did not create is "
+             "left alone and named. khjobs are left alone. --rollback copies each HealthCheck's state back into "
+             "its khstate, removes the mark and deletes the HealthCheck. Idempotent; a run stopped half-way is "
+             "finished by the next. One line per check, then a summary; exits 0 (all done), 1 (a check refused or "
+             "failed: the others were migrated) or 2 (bad arguments, no access, no HealthCheck CRD).")
+
+
+def migrate_live_main(args: argparse.Namespace) -> int:
+    prog = f"kuberhealthy {MIGRATE} {TO_V3}"
+    kube = connect(args.kubeconfig, prog)
+    if kube is None:
+        return EXIT_CONFIG
+    try:
+        migration = LiveMigration(Resources(kube), lambda line: print(line, flush=True), dry_run=args.dry_run)
+        run = migration.rollback if args.rollback else migration.to_v3
+        return run(args.namespace)
+    except Unusable as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return EXIT_CONFIG
+    finally:
+        kube.close()
 
 
 def migrate_main(argv: list[str]) -> int:
     args = parse_migrate_args(argv)
+    if getattr(args, "in_cluster", False):
+        return migrate_live_main(args)
     prog = f"kuberhealthy {MIGRATE} {args.direction}"
     try:
         text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text(encoding="utf-8")

@@ -43,7 +43,7 @@ from kuberhealthy.needs import ControlNeeds, Part
 from kuberhealthy.outputs.events import ObjectRef
 from kuberhealthy.records import khstate, pause, runnow
 from kuberhealthy.records.checkspec import CheckSpec, SpecProblem
-from kuberhealthy.records.kinds import Kind, control_view
+from kuberhealthy.records.kinds import Kind, control_view, switch_marks
 from kuberhealthy.run.runner import Runner
 
 logger = logging.getLogger(__name__)
@@ -51,6 +51,7 @@ logger = logging.getLogger(__name__)
 MAX_SPREAD = 30.0  # seconds: the widest window a batch of overdue checks is spread over (never over half an interval)
 MAX_GAP = 0.25  # seconds: the widest gap between two first runs of such a batch (a small batch starts at once)
 GATE_RECHECK = 5.0  # seconds between looks at a closed gate (a Lease that stops being renewed says nothing)
+SWITCH_EVENT = "switch"  # a check's marks of a move between kinds changed (records/kinds.switch_marks)
 RUN_NOW_EVENT = "run-now:"  # + a check's ident: its run-now annotation was newly set
 PAUSE_EVENT = "pause:"  # + a check's ident: its pause annotations changed
 
@@ -120,7 +121,7 @@ class Controller(BackgroundThread):
         alone (a check keeping its state in itself writes it every run) changes nothing here."""
         if etype == "MODIFIED" and prev is not None and control_view(obj) == control_view(prev):
             return
-        self._events.put("checks")
+        self._events.put(SWITCH_EVENT if switch_marks(obj) != switch_marks(prev) else "checks")
         if etype != "DELETED" and runnow.newly_requested(obj, prev) is not None:
             self._events.put(RUN_NOW_EVENT + kind.ident_of(obj))
         if etype != "DELETED" and pause.changed(obj, prev):
@@ -219,6 +220,10 @@ class Controller(BackgroundThread):
                     self._start_leading()
                 elif event == "checks":
                     dirty = True
+                elif event == SWITCH_EVENT:  # a check moves between kinds: at once, not after the debounce
+                    with self._lock:
+                        if self._leading:
+                            self._reconcile_checks()
                 elif event.startswith(RUN_NOW_EVENT):
                     self._run_now(event[len(RUN_NOW_EVENT):])
                 elif event.startswith(PAUSE_EVENT):

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from kuberhealthy.base.config import Config
 from kuberhealthy.kube import HEALTHCHECKS, KHCHECKS, KHJOBS, KHSTATES, Cache, Obj, Resource
-from kuberhealthy.records import hcstate
+from kuberhealthy.records import hcstate, migration
 from kuberhealthy.records.checkpod import CHECK_NAME_LABEL, V3_CHECK_LABEL
 from kuberhealthy.records.checkspec import (
     HC_PREFIX,
@@ -35,7 +35,7 @@ from kuberhealthy.records.checkspec import (
 from kuberhealthy.records.khstate import KHSTATE_STORE, WORKLOAD_JOB, StateStore
 
 __all__ = ["HC_PREFIX", "KIND_HEALTHCHECK", "KIND_KHCHECK", "KIND_KHJOB", "V3_FINALIZER", "Kind", "Kinds", "V2Caches",
-           "V3Parts", "control_view", "ident", "standard"]
+           "V3Parts", "control_view", "ident", "standard", "switch_marks"]
 
 V3_FINALIZER = "kuberhealthy.io/healthcheck"  # upstream v3 puts it on every HealthCheck it runs
 
@@ -137,6 +137,13 @@ def control_view(obj: Obj) -> tuple[object, ...]:
     annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k not in hcstate.BINDING_KEYS}
     return (meta.get("generation"), meta.get("resourceVersion") if meta.get("generation") is None else None,
             annotations, meta.get("labels"), meta.get("deletionTimestamp"), meta.get("finalizers"))
+
+
+def switch_marks(obj: Obj | None) -> tuple[str, str]:
+    """The marks that move a check from one kind to another (records/migration.py): a change of them is
+    acted on at once, not after the debounce, so neither kind runs once too often meanwhile."""
+    annotations = ((obj or {}).get("metadata") or {}).get("annotations") or {}
+    return (str(annotations.get(migration.MIGRATED_TO) or ""), str(annotations.get(migration.MIGRATED_FROM) or ""))
 
 
 @dataclass(frozen=True)

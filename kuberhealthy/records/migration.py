@@ -19,13 +19,15 @@ MIGRATED_TO = "kuberhealthy.github.io/migrated-to"  # on a khcheck: the name of 
 MIGRATED_FROM = "kuberhealthy.github.io/migrated-from"  # on a HealthCheck: the uid of the khcheck it came from
 
 
-def _meta(obj: Obj | None) -> dict[str, object]:
+def meta_of(obj: Obj | None) -> dict[str, object]:
+    """An object's metadata; {} for a missing one, or a hand-edited object of the wrong shape."""
     meta = obj.get("metadata") if isinstance(obj, dict) else None
     return meta if isinstance(meta, dict) else {}
 
 
-def _annotation(obj: Obj | None, key: str) -> str:
-    annotations = _meta(obj).get("annotations")
+def annotation_of(obj: Obj | None, key: str) -> str:
+    """An annotation's value; "" when missing or not a string."""
+    annotations = meta_of(obj).get("annotations")
     value = annotations.get(key) if isinstance(annotations, dict) else None
     return value if isinstance(value, str) else ""
 
@@ -34,25 +36,25 @@ def is_pair(khcheck: Obj | None, healthcheck: Obj | None) -> bool:
     """Both marks agree: `healthcheck` is the migration of `khcheck`."""
     if khcheck is None or healthcheck is None:
         return False
-    uid = str(_meta(khcheck).get("uid") or "")
-    return bool(uid) and _annotation(khcheck, MIGRATED_TO) == str(_meta(healthcheck).get("name") or "") and \
-        _annotation(healthcheck, MIGRATED_FROM) == uid and \
-        _meta(khcheck).get("namespace") == _meta(healthcheck).get("namespace")
+    uid = str(meta_of(khcheck).get("uid") or "")
+    return bool(uid) and annotation_of(khcheck, MIGRATED_TO) == str(meta_of(healthcheck).get("name") or "") and \
+        annotation_of(healthcheck, MIGRATED_FROM) == uid and \
+        meta_of(khcheck).get("namespace") == meta_of(healthcheck).get("namespace")
 
 
 def migrated(khcheck: Obj, healthchecks: Cache) -> bool:
     """The khcheck runs as its HealthCheck now (a pair in the caches)."""
-    target = _annotation(khcheck, MIGRATED_TO)
+    target = annotation_of(khcheck, MIGRATED_TO)
     if not target:
         return False
-    return is_pair(khcheck, healthchecks.get(str(_meta(khcheck).get("namespace") or ""), target))
+    return is_pair(khcheck, healthchecks.get(str(meta_of(khcheck).get("namespace") or ""), target))
 
 
 def migrated_from(healthcheck: Obj, khchecks: Cache) -> Obj | None:
     """The khcheck this HealthCheck is the migration of (both marks agree), or None."""
-    if not _annotation(healthcheck, MIGRATED_FROM):
+    if not annotation_of(healthcheck, MIGRATED_FROM):
         return None
-    meta = _meta(healthcheck)
+    meta = meta_of(healthcheck)
     khcheck = khchecks.get(str(meta.get("namespace") or ""), str(meta.get("name") or ""))
     return khcheck if is_pair(khcheck, healthcheck) else None
 
@@ -61,9 +63,9 @@ def pending(healthcheck: Obj, khchecks: Cache) -> bool:
     """The HealthCheck is a migration's whose khcheck still runs: marked as coming from a khcheck that
     exists with that uid, which is not marked as migrated to it (the migration has not switched yet, or a
     rollback has switched back)."""
-    uid = _annotation(healthcheck, MIGRATED_FROM)
+    uid = annotation_of(healthcheck, MIGRATED_FROM)
     if not uid:
         return False
-    meta = _meta(healthcheck)
+    meta = meta_of(healthcheck)
     khcheck = khchecks.get(str(meta.get("namespace") or ""), str(meta.get("name") or ""))
-    return khcheck is not None and str(_meta(khcheck).get("uid") or "") == uid and not is_pair(khcheck, healthcheck)
+    return khcheck is not None and str(meta_of(khcheck).get("uid") or "") == uid and not is_pair(khcheck, healthcheck)

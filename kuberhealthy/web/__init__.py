@@ -2,7 +2,7 @@
 the JSON API (web/api.py) and v3's routes (web/v3/).
 
 `create_app(services)` builds a Flask app over the daemon's caches; the gunicorn wiring lives in
-daemon/server.py. Handlers read the caches (khchecks, khstates, khjobs, checker pods) and write only
+daemon/server.py. Handlers read the caches (khchecks, khstates, khjobs, HealthChecks, checker pods) and write only
 through khstate.record_report and the run-now annotation (runnow.py); nothing here schedules checks,
 talks to the Lease or lists pods from the API.
 """
@@ -15,13 +15,14 @@ from prometheus_client.registry import Collector
 from werkzeug.exceptions import HTTPException
 
 from kuberhealthy.needs import WebNeeds
+from kuberhealthy.records.checkspec import KIND_HEALTHCHECK
 from kuberhealthy.web import api, health, openapi
 from kuberhealthy.web.answers import plain
 from kuberhealthy.web.checkkinds import check_kinds
 from kuberhealthy.web.context import WebContext
 from kuberhealthy.web.dashboard import render as dashpage
 from kuberhealthy.web.dashboard import routes as dashboard_routes
-from kuberhealthy.web.entries import ViewCache
+from kuberhealthy.web.entries import HealthCheckCaches, ViewCache
 from kuberhealthy.web.parts import install
 from kuberhealthy.web.ratelimit import ConfiguredLimiter
 from kuberhealthy.web.report import routes as report_routes
@@ -49,9 +50,13 @@ def create_app(services: WebNeeds, *, caller_wait: float = CALLER_WAIT,
     Every part a handler uses is built here and installed on the app (parts.py): the rooms (report/,
     status/, dashboard/, v3/, api.py, health.py) never import each other nor this module."""
     app = Flask(__name__, static_folder=None)  # the dashboard serves its own assets (web/dashboard/)
-    cache = StatusCache(services.khstates, services.khjobs, services.khchecks).attach()
+    v3 = services.kinds.named(KIND_HEALTHCHECK)
+    cache = StatusCache(services.khstates, services.khjobs, services.khchecks,
+                        healthchecks=v3.checks if v3 else None, hc_states=v3.states if v3 else None).attach()
+    hc = HealthCheckCaches(v3.checks, v3.states, lambda: (services.config.healthcheck_run_interval,
+                                                          services.config.healthcheck_timeout)) if v3 else None
     views = ViewCache(services.khchecks, services.khjobs, services.khstates, services.pods,
-                      expose_logs=lambda: services.config.expose_logs).attach()
+                      expose_logs=lambda: services.config.expose_logs, healthchecks=hc).attach()
     report_stats = ReportStats()
     ours = [CheckStatsCollector(views.entries, lambda: services.config),
             InfluxCollector(services.influx_points_dropped)]

@@ -1,4 +1,4 @@
-"""The plain-text answers every handler gives: one line of text, and v2's `?namespace=` list.
+"""The plain-text answers every handler gives: one line of text, v2's `?namespace=` list and `?kind=`.
 
 Part of web/'s ground (the modules every room may import and that import no room): the report
 endpoint, the status page, the JSON API, the dashboard and the probes all answer refusals this way.
@@ -11,6 +11,11 @@ from flask import Response
 def requested_namespaces(raw: str) -> list[str]:
     """`?namespace=a,b`: empty items (`?namespace=,`) are ignored, as in v2."""
     return [n for n in raw.split(",") if n]
+
+
+def requested_kinds(raw: str) -> tuple[str, ...] | None:
+    """`?kind=check,healthcheck`: the JSON API's entry kinds asked for; None (every kind) when none is."""
+    return tuple(k for k in (p.strip() for p in raw.split(",")) if k) or None
 
 
 def one_line(text: str, limit: int = 500) -> str:

@@ -3,9 +3,10 @@ API, what its Events and checker pods are called, and how its run in flight is f
 
 The routes that act on one check by name (run now, its Events, its checker pods' logs; v2's
 `/api/checks/<ns>/<name>/run` and v3's `?namespace=&healthcheck=` routes) look the name up here
-instead of in one cache, so a kind added to `check_kinds()` is served by all of them. Today: khchecks
-and khjobs (a khjob is read like a check but never run on request: it runs once, when created; a
-kind says which of its objects run once).
+instead of in one cache, so a kind added to `check_kinds()` is served by all of them. Today: khchecks,
+khjobs and HealthChecks (a khjob, and a HealthCheck with `singleRunOnly`, is read like a check but
+never run on request: it runs once, when created; a kind says which of its objects run once). A
+migrated khcheck is found by no name (web/shown.py): its HealthCheck runs, and answers, in its place.
 
 `?healthcheck=` also takes a name as `/json` keys it (web/v3/summary.py): `<namespace>/<name>`, the
 key of a name two checks of the listing share, and `<namespace>/<prefix><name>` (a kind's `prefix`,
@@ -23,7 +24,9 @@ from kuberhealthy.kube import KHCHECKS, KHJOBS, Cache, Obj, Resource
 from kuberhealthy.needs import WebNeeds
 from kuberhealthy.outputs.events import KIND_CHECK, KIND_JOB, ObjectRef
 from kuberhealthy.records.checkpod import CHECK_NAME_LABEL
-from kuberhealthy.web.entries import CHECK, JOB, current_run
+from kuberhealthy.records.checkspec import KIND_HEALTHCHECK
+from kuberhealthy.web.entries import CHECK, HEALTHCHECK, JOB, current_run
+from kuberhealthy.web.shown import Shown, single_run_only
 
 KHCHECK, KHJOB = "khcheck", "khjob"
 LiveRun = Callable[[str, str], "dict[str, Any] | None"]  # (namespace, name) -> entries.current_run()'s view
@@ -43,6 +46,7 @@ class CheckKind:
     runs_once: Callable[[Obj], bool] = lambda _obj: False  # True: runs once, never on request (a khjob)
     summarized: bool = True  # listed by v3's `/json`
     prefix: str = ""  # put before the name in a `/json` key that must tell it from a same-named check
+    hidden: Callable[[Obj], bool] = lambda _obj: False  # True: not found by name (a migrated khcheck)
 
     def ref(self, obj: Obj) -> ObjectRef:
         meta = obj.get("metadata") or {}
@@ -83,6 +87,19 @@ class CheckKinds:
     def of_entry(self, entry_kind: str) -> CheckKind | None:
         return self._by_entry.get(entry_kind)
 
+    def named_entries(self, name: str, asked: Sequence[str] | None) -> tuple[str, tuple[str, ...] | None]:
+        """A name as the JSON API and the dashboard take it in a path (`hc:<name>`: a prefixed kind's), and
+        `?kind=`'s entry kinds (`asked`; None: any): the bare name and the entry kinds it may be of."""
+        for kind in self.kinds:
+            if kind.prefix and name.startswith(kind.prefix):
+                only = kind.entry_kind
+                return name[len(kind.prefix):], tuple(k for k in asked if k == only) if asked is not None else (only,)
+        return name, tuple(asked) if asked is not None else None
+
+    def names_of_entries(self, entry_kinds: Sequence[str]) -> tuple[str, ...]:
+        """The kinds' names of these entry kinds (`?kind=` of the JSON API), unknown ones left out."""
+        return tuple(k.name for e in entry_kinds if (k := self._by_entry.get(e)) is not None)
+
     def named(self, name: str) -> CheckKind | None:
         return self._by_name.get(name)
 
@@ -95,7 +112,7 @@ class CheckKinds:
             if kind is None:
                 continue
             obj = kind.objects.get(wanted.namespace, wanted.name)
-            if obj is not None:
+            if obj is not None and not kind.hidden(obj):
                 found.append(Found(kind, obj))
         return found
 
@@ -121,12 +138,23 @@ class CheckKinds:
 
 
 def check_kinds(services: WebNeeds) -> CheckKinds:
-    """The kinds of check of this daemon, khchecks first."""
+    """The kinds of check of this daemon, khchecks first (HealthChecks when the daemon runs them)."""
     def live(namespace: str, name: str) -> dict[str, Any] | None:
         return current_run(services.khstates.get(namespace, name), services.pods)
 
-    return CheckKinds([
-        CheckKind(KHCHECK, CHECK, services.khchecks, KHCHECKS, KIND_CHECK, CHECK_NAME_LABEL, live),
+    v3 = services.kinds.named(KIND_HEALTHCHECK)
+    shown = Shown(services.khchecks, services.khjobs, v3.checks if v3 is not None else None)
+    kinds = [
+        CheckKind(KHCHECK, CHECK, services.khchecks, KHCHECKS, KIND_CHECK, CHECK_NAME_LABEL, live,
+                  hidden=shown.khcheck_hidden),
         CheckKind(KHJOB, JOB, services.khjobs, KHJOBS, KIND_JOB, CHECK_NAME_LABEL, live,
                   runs_once=lambda _obj: True, summarized=False),
-    ])
+    ]
+    if v3 is not None:
+        states = v3.states
+
+        def live_v3(namespace: str, name: str) -> dict[str, Any] | None:
+            return current_run(states.get(namespace, name), services.pods)
+        kinds.append(CheckKind(v3.name, HEALTHCHECK, v3.checks, v3.resource, v3.event_kind, v3.pod_label, live_v3,
+                               runs_once=single_run_only, prefix=v3.prefix))
+    return CheckKinds(kinds)

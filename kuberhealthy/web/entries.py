@@ -1,31 +1,36 @@
-"""What the JSON API (`/api/checks`) and the dashboard say about each check and job, from the caches.
+"""What the JSON API (`/api/checks`) and the dashboard say about each check, from the caches.
 
-One entry per khcheck and per khjob (a check and a job of the same name share their khstate, as in
-v2, and are two entries told apart by `kind`), with the fields of docs/interface.md#json-api: the last result
-(`state` ok | failing | never-run), the spec's interval and timeout, durations in seconds, RFC3339
-times, the counters and history kept in the khstate (history.py), and the run in flight.
+One entry per khcheck, khjob and HealthCheck, told apart by `kind` (check | job | healthcheck; a check
+and a job of the same name share their khstate, as in v2; a HealthCheck's state is its status, read in
+the khstate shape: records/hcstate.py), with the fields of docs/interface.md#json-api: the last result
+(`state` ok | failing | never-run), the spec's interval and timeout (a HealthCheck's defaults are
+config healthCheckDefaults'), durations in seconds, RFC3339 times, the counters and history kept in the
+state (history.py), and the run in flight. A HealthCheck's entry says `singleRunOnly`; one that runs
+once has no interval and no next run, as a job.
 
 Every replica answers from its own watch caches; no request calls the API. The run in flight is
-read from the khstate claim (khstate.RunClaim: the run's pod) and the pod cache, so a standby knows
+read from the state's claim (khstate.RunClaim: the run's pod) and the pod cache, so a standby knows
 it as well as the leader: `currentRun` names its phase, pod and start, never its uuid (a live uuid
 lets a stranger report: docs/interface.md#report-authenticity). `nextRun` is LastRun + runInterval (the leader's
 schedule follows it). A paused check (records/pause.py) shows `paused: {until, reason}` (null when not
 paused, and for jobs) and its `nextRun` is the pause's end, when it runs at once.
 
-Beside each entry (not in its JSON) go the key `/` shows the check under and the check's labels of the
-`kuberhealthy.io/` prefix, which /metrics turns into metric labels (web/status/metrics.py).
+Beside each entry (not in its JSON) go the key the check is shown under (web/shown.py: `<ns>/<name>`,
+`<ns>/hc:<name>` for a HealthCheck beside a same-named khcheck), whether it is shown at all (a migrated
+khcheck is not: its HealthCheck is), and the check's labels of the `kuberhealthy.io/` prefix, which
+/metrics turns into metric labels (web/status/metrics.py).
 
 ViewCache keeps each entry and its JSON bytes, rebuilt only for the objects that changed (khcheck,
-khjob, khstate or a checker pod of that check): a page of 1,000 checks with full histories is not
-re-serialised per request; an entry whose pause ends is rebuilt by the first read after its end. What
-it does not do: decide anything, or serve HTTP (web/api.py).
+khjob, khstate, HealthCheck or a checker pod of that name): a page of 1,000 checks with full histories
+is not re-serialised per request; an entry whose pause ends is rebuilt by the first read after its end.
+What it does not do: decide anything, or serve HTTP (web/api.py).
 """
 from __future__ import annotations
 
 import json
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,17 +39,21 @@ from kuberhealthy.base.times import format_time, parse_time
 from kuberhealthy.kube import Cache, Obj, key_of
 from kuberhealthy.records import pause
 from kuberhealthy.records.checkpod import pod_check_index
-from kuberhealthy.records.checkspec import DEFAULT_RUN_INTERVAL, DEFAULT_TIMEOUT
+from kuberhealthy.records.checkspec import DEFAULT_RUN_INTERVAL, DEFAULT_TIMEOUT, HC_PREFIX
 from kuberhealthy.records.history import entries, stats
 from kuberhealthy.records.khstate import RunClaim, Spec
+from kuberhealthy.web.shown import Shown, single_run_only
 
 CHECK = "check"
 JOB = "job"
+HEALTHCHECK = "healthcheck"
+KINDS = (CHECK, JOB, HEALTHCHECK)  # the entries' kinds, as `?kind=` names them
 OK, FAILING, NEVER_RUN = "ok", "failing", "never-run"
 LIVE_PHASES = ("Pending", "Running")
 LABEL_PREFIX = "kuberhealthy.io/"  # a check's labels under this prefix are kept beside its entry
 
 View = dict[str, Any]
+Defaults = tuple[float, float]  # (runInterval, timeout) in seconds, where a spec leaves them unset
 
 
 def _seconds(value: object, default: float | None) -> float | None:
@@ -76,17 +85,20 @@ def current_run(state: Obj | None, pods: Cache) -> View | None:
             "started": (pod.get("metadata") or {}).get("creationTimestamp")}
 
 
-def view(kind: str, obj: Obj, state: Obj | None, pods: Cache, now: float, expose_logs: bool) -> View:
-    """One entry of the JSON API."""
+def view(kind: str, obj: Obj, state: Obj | None, pods: Cache, now: float, expose_logs: bool,
+         defaults: Defaults = (DEFAULT_RUN_INTERVAL, DEFAULT_TIMEOUT)) -> View:
+    """One entry of the JSON API. `defaults` fill a spec's unset runInterval and timeout."""
     meta = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
     sspec = (state or {}).get("spec") or {}
     result = Spec.of(state or {})
-    never = state is None or not result.last_run or not result.authoritative_pod
-    interval = _seconds(spec.get("runInterval"), DEFAULT_RUN_INTERVAL) if kind == CHECK else None
+    once = kind == JOB or (kind == HEALTHCHECK and single_run_only(obj))
+    # A HealthCheck whose status v3 wrote (or whose CRD prunes our run binding) names no pod: its time says it ran.
+    never = state is None or not result.last_run or (not result.authoritative_pod and kind != HEALTHCHECK)
+    interval = _seconds(spec.get("runInterval"), defaults[0]) if not once else None
     last_run = result.last_run if not never else None
     last_unix = parse_time(last_run) if last_run else None
-    paused = pause.active(obj, now) if kind == CHECK else None
+    paused = pause.active(obj, now) if kind != JOB else None
     next_run = (format_time(last_unix + interval) if last_unix is not None and interval else None)
     if paused is not None:
         next_run = format_time(paused.until)
@@ -97,7 +109,7 @@ def view(kind: str, obj: Obj, state: Obj | None, pods: Cache, now: float, expose
         "kind": kind,
         "state": NEVER_RUN if never else (OK if result.ok else FAILING),
         "interval": interval,
-        "timeout": _seconds(spec.get("timeout"), DEFAULT_TIMEOUT),
+        "timeout": _seconds(spec.get("timeout"), defaults[1]),
         "runDuration": _seconds(result.run_duration, None) if not never else None,
         "durationP50": figures.duration_p50,
         "durationP95": figures.duration_p95,
@@ -118,11 +130,18 @@ def view(kind: str, obj: Obj, state: Obj | None, pods: Cache, now: float, expose
     }
     if kind == JOB:
         out["phase"] = str(spec.get("phase") or "")
+    if kind == HEALTHCHECK:
+        out["singleRunOnly"] = once
     return out
 
 
 def sort_key(v: View) -> tuple[str, str, str]:
     return (v["namespace"], v["name"], v["kind"])
+
+
+def runs_once(v: Mapping[str, Any]) -> bool:
+    """The entry is of a check that runs once (a khjob, a singleRunOnly HealthCheck): shown as a job."""
+    return v.get("kind") == JOB or v.get("singleRunOnly") is True
 
 
 def prefixed_labels(obj: Obj) -> dict[str, str]:
@@ -132,33 +151,52 @@ def prefixed_labels(obj: Obj) -> dict[str, str]:
         if isinstance(labels, dict) else {}
 
 
+Version = tuple[object, ...]  # (object rv, state rv, pods rv digest, expose_logs, paused, key, shown, defaults)
+
+
 @dataclass
 class Built:
-    version: tuple[str, str, str, bool, bool]  # (object rv, khstate rv, pods rv digest, expose_logs, paused)
+    version: Version
     view: View
     body: bytes
-    key: str = ""  # "<ns>/<name>": what `/` shows the check under and /metrics labels it with
+    key: str = ""  # what `/` shows the check under and /metrics labels it with (web/shown.py)
     labels: Mapping[str, str] = field(default_factory=dict)  # prefixed_labels of the check or job
+    shown: bool = True  # False: a migrated khcheck (its HealthCheck is shown); never listed
+
+
+@dataclass(frozen=True)
+class HealthCheckCaches:
+    """What the HealthCheck entries are built from: the HealthChecks, their states in the khstate shape
+    (records/kinds.py: Kind.states), and the defaults of an unset runInterval and timeout."""
+
+    checks: Cache
+    states: Cache
+    defaults: Callable[[], Defaults] = lambda: (600.0, 30.0)
 
 
 class ViewCache:
     """Entries and their JSON, rebuilt per object only after one of its caches changed."""
 
     def __init__(self, khchecks: Cache, khjobs: Cache, khstates: Cache, pods: Cache,
-                 expose_logs: Callable[[], bool], wall: Callable[[], float] = time.time) -> None:
+                 expose_logs: Callable[[], bool], wall: Callable[[], float] = time.time,
+                 healthchecks: HealthCheckCaches | None = None) -> None:
         self._khchecks, self._khjobs, self._khstates, self._pods = khchecks, khjobs, khstates, pods
+        self._hc = healthchecks
+        self._shown = Shown(khchecks, khjobs, healthchecks.checks if healthchecks is not None else None)
         self._expose = expose_logs
         self._wall = wall
         self._lock = threading.Lock()
-        self._dirty: set[str] = set()  # "<ns>/<name>" whose entries must be rebuilt
+        self._dirty: set[str] = set()  # "<ns>/<name>" whose entries (of every kind) must be rebuilt
         self._all_dirty = True
-        self._built: dict[tuple[str, str], Built] = {}  # (kind, key) -> entry
-        self._pause_ends: dict[str, float] = {}  # key -> when the pause its built entry shows ends
+        self._built: dict[tuple[str, str], Built] = {}  # (kind, "<ns>/<name>") -> entry
+        self._pause_ends: dict[str, float] = {}  # "<ns>/<name>" -> when the pause its built entry shows ends
         self.rebuilt = 0  # entries rebuilt so far (for tests and figures)
 
     def attach(self) -> ViewCache:
         for cache in (self._khchecks, self._khjobs, self._khstates):
             cache.add_listener(self._changed)
+        if self._hc is not None:
+            self._hc.checks.add_listener(self._changed)
         self._pods.add_listener(self._pod_changed)
         return self
 
@@ -167,26 +205,36 @@ class ViewCache:
             self._dirty.add(key_of(obj))
 
     def _pod_changed(self, _etype: str, obj: Obj, _prev: Obj | None) -> None:
-        for key in pod_check_index(obj):
+        for ident in pod_check_index(obj):
+            namespace, _, name = ident.partition("/")
             with self._lock:
-                self._dirty.add(key)
+                self._dirty.add(f"{namespace}/{name.removeprefix(HC_PREFIX)}")
 
-    def entries(self, namespaces: Iterable[str] | None = None) -> list[Built]:
-        """Every entry (optionally of these namespaces), sorted by namespace, name, kind."""
+    def entries(self, namespaces: Iterable[str] | None = None, kinds: Collection[str] | None = None) -> list[Built]:
+        """Every shown entry (optionally of these namespaces, of these kinds), sorted by namespace, name, kind."""
         self._refresh()
         wanted = set(namespaces) if namespaces is not None else None
         with self._lock:
-            built = list(self._built.values())
+            built = [b for b in self._built.values() if b.shown]
         if wanted is not None:
             built = [b for b in built if b.view["namespace"] in wanted]
+        if kinds is not None:
+            built = [b for b in built if b.view["kind"] in kinds]
         return sorted(built, key=lambda b: sort_key(b.view))
 
-    def one(self, namespace: str, name: str) -> list[Built]:
-        """The check and/or job of this name ([] when neither exists)."""
+    def one(self, namespace: str, name: str, kinds: Collection[str] | None = None) -> list[Built]:
+        """The shown entries of this name, of every kind or of these ([] when none)."""
         self._refresh()
         key = f"{namespace}/{name}"
         with self._lock:
-            return [b for (kind, k), b in sorted(self._built.items()) if k == key]
+            return [b for (kind, k), b in sorted(self._built.items())
+                    if k == key and b.shown and (kinds is None or kind in kinds)]
+
+    def _sources(self) -> tuple[tuple[str, Cache], ...]:
+        sources = [(CHECK, self._khchecks), (JOB, self._khjobs)]
+        if self._hc is not None:
+            sources.append((HEALTHCHECK, self._hc.checks))
+        return tuple(sources)
 
     def _refresh(self) -> None:
         now = self._wall()
@@ -197,47 +245,58 @@ class ViewCache:
             dirty |= ended
             for key in ended:
                 del self._pause_ends[key]
-        objects = {(CHECK, key_of(o)): o for o in self._khchecks.list()} if all_dirty else {}
-        if all_dirty:
-            objects.update({(JOB, key_of(o)): o for o in self._khjobs.list()})
-        else:
+        sources = self._sources()
+        objects: dict[tuple[str, str], Obj] = {}
+        for kind, cache in sources:
+            if all_dirty:
+                objects.update({(kind, key_of(o)): o for o in cache.list()})
+                continue
             for key in dirty:
                 ns, _, name = key.partition("/")
-                for kind, cache in ((CHECK, self._khchecks), (JOB, self._khjobs)):
-                    obj = cache.get(ns, name)
-                    if obj is not None:
-                        objects[(kind, key)] = obj
+                obj = cache.get(ns, name)
+                if obj is not None:
+                    objects[(kind, key)] = obj
         expose = self._expose()
-        fresh: dict[tuple[str, str], Built | None] = {}
+        fresh: dict[tuple[str, str], Built] = {}
         for (kind, key), obj in objects.items():
-            ns, _, name = key.partition("/")
-            state = self._khstates.get(ns, name)
-            pods_rv = ",".join(sorted(_rv(p) for p in self._pods.by_index("check", key)))
-            paused = pause.active(obj, now) if kind == CHECK else None
-            version = (_rv(obj), _rv(state), pods_rv, expose, paused is not None)
-            with self._lock:
-                old = self._built.get((kind, key))
-            if old is not None and old.version == version and not all_dirty:
-                continue
-            v = view(kind, obj, state, self._pods, now, expose)
-            fresh[(kind, key)] = Built(version, v, json.dumps(v, separators=(",", ":")).encode(), key,
-                                       prefixed_labels(obj))
-            if paused is not None:
-                with self._lock:
-                    self._pause_ends[key] = paused.until
+            built = self._build(kind, key, obj, now, expose, all_dirty)
+            if built is not None:
+                fresh[(kind, key)] = built
         gone: set[tuple[str, str]] = set()
         if not all_dirty:
             for key in dirty:
-                ns, _, name = key.partition("/")
-                if self._khchecks.get(ns, name) is None:
-                    gone.add((CHECK, key))
-                if self._khjobs.get(ns, name) is None:
-                    gone.add((JOB, key))
+                gone |= {(kind, key) for kind, _ in sources if (kind, key) not in objects}
         with self._lock:
             if all_dirty:
-                self._built = {k: b for k, b in fresh.items() if b is not None}
+                self._built = fresh
             else:
                 for k in gone:
                     self._built.pop(k, None)
-                self._built.update({k: b for k, b in fresh.items() if b is not None})
+                self._built.update(fresh)
             self.rebuilt += len(fresh)
+
+    def _build(self, kind: str, key: str, obj: Obj, now: float, expose: bool, force: bool) -> Built | None:
+        """The entry of `obj`, or None when the built one is still current."""
+        ns, _, name = key.partition("/")
+        defaults: Defaults = (DEFAULT_RUN_INTERVAL, DEFAULT_TIMEOUT)
+        if kind == HEALTHCHECK and self._hc is not None:
+            state = self._hc.states.get(ns, name)
+            pods = self._pods.by_index("check", f"{ns}/{HC_PREFIX}{name}")
+            defaults = self._hc.defaults()
+            shown_key, shown = self._shown.healthcheck_key(obj), True
+        else:
+            state = self._khstates.get(ns, name)
+            pods = self._pods.by_index("check", key)
+            shown_key, shown = key, not (kind == CHECK and self._shown.khcheck_hidden(obj))
+        pods_rv = ",".join(sorted(_rv(p) for p in pods))
+        paused = pause.active(obj, now) if kind != JOB else None
+        version: Version = (_rv(obj), _rv(state), pods_rv, expose, paused is not None, shown_key, shown, defaults)
+        with self._lock:
+            old = self._built.get((kind, key))
+        if old is not None and old.version == version and not force:
+            return None
+        v = view(kind, obj, state, self._pods, now, expose, defaults)
+        if paused is not None:
+            with self._lock:
+                self._pause_ends[key] = paused.until
+        return Built(version, v, json.dumps(v, separators=(",", ":")).encode(), shown_key, prefixed_labels(obj), shown)

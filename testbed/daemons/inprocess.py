@@ -20,8 +20,9 @@ from flask import Flask
 from werkzeug.serving import BaseWSGIServer, make_server
 
 from kuberhealthy.base.config import from_mapping
+from kuberhealthy.base.errors import NotFound
 from kuberhealthy.daemon.services import Services, build
-from kuberhealthy.kube import KHSTATES, Kube
+from kuberhealthy.kube import HEALTHCHECKS, KHCHECKS, KHSTATES, Kube, Obj, Resources
 from kuberhealthy.records import khstate
 from kuberhealthy.records.checkspec import CheckSpec
 from kuberhealthy.records.history import RunFacts, RunRecord, apply_run
@@ -227,3 +228,48 @@ class PodMaker:
 
     def set_running(self, name: str, ip: str) -> None:
         set_pod_status(self.cluster, self.namespace, name, "Running", ip)
+
+
+# --- checks of both kinds on the real API server: objects as a user writes them, waits for a run ----------
+
+def healthcheck(name: str, image: str = "kh-sim/ok", interval: str = "1h", timeout: str = "20s",
+                env: dict[str, str] | None = None, **spec: Any) -> Obj:
+    """A HealthCheck shaped like v3's own test manifest (podSpec.spec, restartPolicy Never)."""
+    container: dict[str, Any] = {"name": "main", "image": image}
+    if env:
+        container["env"] = [{"name": k, "value": v} for k, v in env.items()]
+    body: dict[str, Any] = {"singleRunOnly": False, "runInterval": interval, "timeout": timeout,
+                            "podSpec": {"spec": {"containers": [container], "restartPolicy": "Never"}}}
+    body.update(spec)
+    return {"apiVersion": HEALTHCHECKS.api_version, "kind": "HealthCheck", "metadata": {"name": name}, "spec": body}
+
+
+def khcheck_obj(name: str, image: str = "kh-sim/ok", interval: str = "1h", timeout: str = "20s") -> Obj:
+    """A khcheck as a user writes it (runInterval, timeout, podSpec)."""
+    return {"apiVersion": KHCHECKS.api_version, "kind": "KuberhealthyCheck", "metadata": {"name": name},
+            "spec": {"runInterval": interval, "timeout": timeout,
+                     "podSpec": {"containers": [{"name": "main", "image": image}]}}}
+
+
+def status_of(res: Resources, ns: str, name: str) -> dict[str, Any]:
+    return dict(res.get(HEALTHCHECKS, ns, name).get("status") or {})
+
+
+def ran(res: Resources, ns: str, name: str, runs: int = 1) -> Callable[[], dict[str, Any] | None]:
+    """The HealthCheck's status once `runs` runs of it are over (for wait_for)."""
+    def done() -> dict[str, Any] | None:
+        status = status_of(res, ns, name)
+        total = int(status.get("successCount") or 0) + int(status.get("failureCount") or 0)
+        return status if total >= runs and not status.get("currentUUID") else None
+    return done
+
+
+def khstate_done(res: Resources, ns: str, name: str) -> Callable[[], Obj | None]:
+    """The khstate once a run of its khcheck is over (for wait_for)."""
+    def done() -> Obj | None:
+        try:
+            state = res.get(KHSTATES, ns, name)
+        except NotFound:
+            return None
+        return state if khstate.finished_uuid(state) else None
+    return done

@@ -4,8 +4,6 @@ holds for both kinds it runs for both."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from typing import Any
 
 from kuberhealthy.base.errors import NotFound
 from kuberhealthy.kube import EVENTS, HEALTHCHECKS, KHCHECKS, KHSTATES, LEASES, PODS, Obj, Resources
@@ -13,51 +11,11 @@ from kuberhealthy.records import hcstate, khstate
 from kuberhealthy.records.checkpod import RUN_ID_LABEL, V3_CHECK_LABEL
 from kuberhealthy.records.kinds import V3_FINALIZER
 from kuberhealthy.records.v3lease import V3_LEASE_NAME
-from testbed.daemons.inprocess import InProcessDaemon
+from testbed.daemons.inprocess import InProcessDaemon, healthcheck, khstate_done, ran, status_of
+from testbed.daemons.inprocess import khcheck_obj as khcheck
 from testbed.wait import wait_for
 
 V3_API = HEALTHCHECKS.api_version
-
-
-def healthcheck(name: str, image: str = "kh-sim/ok", interval: str = "1h", timeout: str = "20s",
-                env: dict[str, str] | None = None, **spec: Any) -> Obj:
-    """A HealthCheck shaped like v3's own test manifest (podSpec.spec, restartPolicy Never)."""
-    container: dict[str, Any] = {"name": "main", "image": image}
-    if env:
-        container["env"] = [{"name": k, "value": v} for k, v in env.items()]
-    body: dict[str, Any] = {"singleRunOnly": False, "runInterval": interval, "timeout": timeout,
-                            "podSpec": {"spec": {"containers": [container], "restartPolicy": "Never"}}}
-    body.update(spec)
-    return {"apiVersion": V3_API, "kind": "HealthCheck", "metadata": {"name": name}, "spec": body}
-
-
-def khcheck(name: str, image: str = "kh-sim/ok", interval: str = "1h", timeout: str = "20s") -> Obj:
-    return {"apiVersion": KHCHECKS.api_version, "kind": "KuberhealthyCheck", "metadata": {"name": name},
-            "spec": {"runInterval": interval, "timeout": timeout,
-                     "podSpec": {"containers": [{"name": "main", "image": image}]}}}
-
-
-def status_of(res: Resources, ns: str, name: str) -> dict[str, Any]:
-    return dict(res.get(HEALTHCHECKS, ns, name).get("status") or {})
-
-
-def ran(res: Resources, ns: str, name: str, runs: int = 1) -> Callable[[], dict[str, Any] | None]:
-    def done() -> dict[str, Any] | None:
-        status = status_of(res, ns, name)
-        total = int(status.get("successCount") or 0) + int(status.get("failureCount") or 0)
-        return status if total >= runs and not status.get("currentUUID") else None
-    return done
-
-
-def khstate_done(res: Resources, ns: str, name: str) -> Callable[[], Obj | None]:
-    """The khstate once a run of its khcheck is over."""
-    def done() -> Obj | None:
-        try:
-            state = res.get(KHSTATES, ns, name)
-        except NotFound:
-            return None
-        return state if khstate.finished_uuid(state) else None
-    return done
 
 
 def events(res: Resources, ns: str, kind: str, name: str) -> list[Obj]:

@@ -189,7 +189,7 @@ def test_a_job_page_shows_its_phase_and_no_run_now(client: FlaskClient, fake_ser
 
 def test_an_unknown_check_is_a_404_page_and_its_live_url_a_404(client: FlaskClient) -> None:
     resp = client.get(f"/dashboard/{NS}/nothing")
-    assert resp.status_code == 404 and "No khcheck or khjob" in resp.get_data(as_text=True)
+    assert resp.status_code == 404 and "No khcheck, khjob or HealthCheck" in resp.get_data(as_text=True)
     assert client.get(f"/dashboard/{NS}/nothing/live").status_code == 404
 
 

@@ -122,3 +122,33 @@ def test_the_console_script_converts_a_pipe() -> None:
     assert proc.returncode == 0, proc.stderr
     assert [d["kind"] for d in yaml.safe_load_all(proc.stdout)] == ["HealthCheck"]
     assert "skipped ConfigMap kh/settings" in proc.stderr
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["migrate", "to-v3", "--in-cluster", "checks.yaml"], "--in-cluster takes no FILE"),
+    (["migrate", "to-v3", "--dry-run"], "go with --in-cluster"),
+    (["migrate", "to-v3", "--namespace", "kh"], "go with --in-cluster"),
+    (["migrate", "to-v3", "--rollback"], "go with --in-cluster"),
+    (["migrate", "from-v3", "--in-cluster"], "unrecognized arguments: --in-cluster"),
+])
+def test_the_live_flags_go_only_with_to_v3_in_cluster_and_without_a_file(
+        argv: list[str], says: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        cli.main(argv)
+    assert e.value.code == 2 and says in capsys.readouterr().err
+
+
+def test_a_live_migration_with_an_unusable_kubeconfig_exits_2_and_touches_nothing(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "no-such-kubeconfig"
+    rc = cli.main(["migrate", "to-v3", "--in-cluster", "--kubeconfig", str(missing)])
+    out, err = capsys.readouterr()
+    assert (rc, out) == (2, "") and err.startswith("kuberhealthy migrate to-v3: error: ")
+
+
+def test_to_v3_help_says_what_the_live_migration_changes_and_its_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        cli.main(["migrate", "to-v3", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--in-cluster" in text and "--rollback" in text and "kuberhealthy.github.io/migrated-to" in text
+    assert "exits 0 (all done), 1 (a check refused or failed" in text

@@ -23,11 +23,12 @@ from werkzeug.datastructures import MIMEAccept
 
 from kuberhealthy.base.times import format_time
 from kuberhealthy.records.runnow import RUN_NOW_ANNOTATION
-from kuberhealthy.web.answers import plain
+from kuberhealthy.web.answers import plain, requested_kinds
+from kuberhealthy.web.checkkinds import CheckKinds
 from kuberhealthy.web.context import WebContext, context
 from kuberhealthy.web.dashboard import changelog
 from kuberhealthy.web.dashboard import rows as dashview
-from kuberhealthy.web.entries import CHECK, Built, ViewCache
+from kuberhealthy.web.entries import Built, ViewCache
 from kuberhealthy.web.parts import part
 
 DASHBOARD = "kuberhealthy.dashboard"  # app.extensions key
@@ -191,21 +192,31 @@ def _check_token(ctx: WebContext, built: list[Built]) -> str:
     return f"{digest}.{int(config.enable_run_api)}{int(config.expose_logs)}"
 
 
-def _details(ctx: WebContext, built: list[Built], now: float) -> list[dashview.Detail]:
-    s = ctx.services
+def _details(built: list[Built], now: float) -> list[dashview.Detail]:
+    kinds = part(CheckKinds)
     out = []
     for b in built:
-        cache_ = s.khchecks if b.view["kind"] == CHECK else s.khjobs
-        out.append(dashview.detail(b.view, cache_.get(b.view["namespace"], b.view["name"]), now))
+        kind = kinds.of_entry(b.view["kind"])
+        obj = kind.objects.get(b.view["namespace"], b.view["name"]) if kind is not None else None
+        out.append(dashview.detail(b.view, obj, now))
     return out
+
+
+def _entries(namespace: str, name: str) -> tuple[str, str, list[Built]]:
+    """A check page's entries: of the name (`hc:<name>` names a HealthCheck) and `?kind=`; the bare name,
+    and the query the page's own URLs keep."""
+    raw = request.args.get("kind", "")
+    bare, kinds = part(CheckKinds).named_entries(name, requested_kinds(raw))
+    query = f"?kind={','.join(kinds)}" if kinds is not None else ""
+    return bare, query, part(ViewCache).one(namespace, bare, kinds)
 
 
 def check_page(namespace: str, name: str) -> Response:
     ctx = context()
     now = _now()
-    built = part(ViewCache).one(namespace, name)
-    html = render_template("dashboard/check.html", **_common(ctx, now), namespace=namespace, name=name,
-                           entries=_details(ctx, built, now), token=_check_token(ctx, built))
+    bare, query, built = _entries(namespace, name)
+    html = render_template("dashboard/check.html", **_common(ctx, now), namespace=namespace, name=bare, query=query,
+                           entries=_details(built, now), token=_check_token(ctx, built))
     return secure(Response(html, status=200 if built else 404, content_type="text/html; charset=utf-8",
                            headers={"Cache-Control": "no-cache"}))
 
@@ -214,13 +225,13 @@ def check_live(namespace: str, name: str) -> Response:
     """The changing parts of a check page, rendered; ETag/If-None-Match → 304 while nothing changed."""
     ctx = context()
     now = _now()
-    built = part(ViewCache).one(namespace, name)
+    _, _, built = _entries(namespace, name)
     if not built:
-        return plain(404, f"no khcheck or khjob {namespace}/{name}")
+        return plain(404, f"no khcheck, khjob or HealthCheck {namespace}/{name}")
     token = _check_token(ctx, built)
     unchanged = _not_modified(token)
     if unchanged is not None:
         return unchanged
     render_entry: Callable[[dashview.Detail], str] = get_template_attribute("dashboard/macros.html", "entry")
-    parts = {f"live-{d.kind}": str(render_entry(d)) for d in _details(ctx, built, now)}
+    parts = {f"live-{d.kind}": str(render_entry(d)) for d in _details(built, now)}
     return _json(token, now=format_time(now), nowMs=int(now * 1000), parts=parts)

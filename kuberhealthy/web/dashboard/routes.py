@@ -3,7 +3,9 @@
     /dashboard                        the overview (?q=&ns=&state= filter it; a link keeps the filter)
     /dashboard/live[?since=TOKEN]     what changed since TOKEN, as rendered rows (JSON); 304 when nothing;
                                       400 for a TOKEN of no shape a replica issues (changelog.well_formed)
-    /dashboard/<ns>/<name>            a check page (404 when neither a khcheck nor a khjob has that name)
+    /dashboard/<ns>/<name>[?kind=]    a check page: every kind with that name (404 when none has it);
+                                      `?kind=healthcheck` (or the name `hc:<name>`) the HealthCheck alone,
+                                      as the overview links a HealthCheck (its name may be a khcheck's too)
     /dashboard/<ns>/<name>/live       its changing parts (JSON); 304 when nothing changed
     /dashboard/_static/<file>?v=HASH  CSS, script, icon; cached for a year when HASH is the file's own
                                       ("_static" can be no namespace's name)

@@ -19,7 +19,7 @@ from kuberhealthy.base.durations import parse_duration
 from kuberhealthy.base.times import format_time, parse_time
 from kuberhealthy.records import pause
 from kuberhealthy.records.history import SKIPPED
-from kuberhealthy.web.entries import FAILING, JOB, NEVER_RUN, OK, View
+from kuberhealthy.web.entries import CHECK, FAILING, HEALTHCHECK, JOB, NEVER_RUN, OK, View, runs_once
 
 RANK = {FAILING: 0, NEVER_RUN: 1, OK: 2}  # failing first, then never run, then OK
 STATES = (FAILING, NEVER_RUN, OK)
@@ -29,6 +29,11 @@ MARK_OK, MARK_FAIL, MARK_SKIP = "o", "f", "s"
 GLYPH = {MARK_OK: "\u2713", MARK_FAIL: "\u2717", MARK_SKIP: "\u2013"}  # check mark, ballot x, en dash
 ERROR_CHARS = 300  # of the first error in an overview row (the check page shows all of it)
 PAUSE_EXAMPLE = 3600.0  # seconds: the example pause the check page's command sets (an hour from now)
+# Each kind of entry as people read it: the tag beside its name, the heading on its check page, and
+# the resource kubectl names it by.
+TAG = {JOB: "job", HEALTHCHECK: "HealthCheck"}  # khchecks, v2's checks, carry none
+HEADING = {CHECK: "Check", JOB: "Job", HEALTHCHECK: "HealthCheck"}
+RESOURCE = {CHECK: "khcheck", JOB: "khjob", HEALTHCHECK: "healthcheck"}
 
 
 # --- text of numbers and times -------------------------------------------------------------------------
@@ -164,10 +169,22 @@ class Row:
     paused_until: str | None = None  # RFC3339, while the check is paused
     paused_until_text: str = ""
     paused_reason: str = ""
+    once: bool = False  # runs once (a khjob, a singleRunOnly HealthCheck): no next run
 
     @property
     def rank(self) -> int:
         return RANK.get(self.state, 1)
+
+    @property
+    def tag(self) -> str:
+        """The kind's tag beside the name ("" for a khcheck)."""
+        return TAG.get(self.kind, "")
+
+    @property
+    def query(self) -> str:
+        """What the check page's URL adds to name this entry's kind: a HealthCheck's page asks for it, so
+        its link never lands on a same-named khcheck."""
+        return f"?kind={self.kind}" if self.kind == HEALTHCHECK else ""
 
     @property
     def key(self) -> str:
@@ -193,14 +210,14 @@ def row(v: View, now: float) -> Row:
         id=row_id(v["kind"], v["namespace"], v["name"]), kind=v["kind"], namespace=v["namespace"],
         name=v["name"], state=v["state"], running=str(current.get("phase") or "") if current else "",
         last_run=v.get("lastRun"), last_run_text=relative(last, now),
-        next_run=v.get("nextRun") if v["kind"] != JOB else None,
-        next_run_text=countdown(nxt, now) if v["kind"] != JOB else "",
+        next_run=v.get("nextRun") if not runs_once(v) else None,
+        next_run_text=countdown(nxt, now) if not runs_once(v) else "",
         phase=str(v.get("phase") or ""), duration_text=duration_text(v.get("runDuration")),
         consecutive_failures=int(v.get("consecutiveFailures") or 0), strip=strip(v.get("history") or []),
         first_error=first if len(first) <= ERROR_CHARS else first[:ERROR_CHARS - 1] + "\u2026",
         error_count=len(errors), paused_until=paused.get("until") if paused else None,
         paused_until_text=countdown(parse_time(paused.get("until")), now) if paused else "",
-        paused_reason=str(paused.get("reason") or "") if paused else "")
+        paused_reason=str(paused.get("reason") or "") if paused else "", once=runs_once(v))
 
 
 @dataclass
@@ -326,8 +343,10 @@ def runs(history: Sequence[Mapping[str, Any]], now: float) -> list[Run]:
 
 
 def images(obj: Mapping[str, Any] | None) -> list[str]:
-    """The container images of a khcheck's or khjob's podSpec."""
+    """The container images of a khcheck's or khjob's podSpec (a HealthCheck's podSpec.spec)."""
     pod_spec = ((obj or {}).get("spec") or {}).get("podSpec") or {}
+    if isinstance(pod_spec, Mapping) and "containers" not in pod_spec and isinstance(pod_spec.get("spec"), Mapping):
+        pod_spec = pod_spec["spec"]
     containers = pod_spec.get("containers") if isinstance(pod_spec, Mapping) else None
     return [str(c.get("image") or "") for c in containers or [] if isinstance(c, Mapping)]
 
@@ -350,11 +369,25 @@ class Detail:
     def kind(self) -> str:
         return self.row.kind
 
+    @property
+    def heading(self) -> str:
+        return HEADING.get(self.kind, self.kind)
 
-def pause_commands(namespace: str, name: str, now: float) -> tuple[str, str]:
+    @property
+    def resource(self) -> str:
+        """The resource kubectl names it by."""
+        return RESOURCE.get(self.kind, self.kind)
+
+    @property
+    def runnable(self) -> bool:
+        """A run may be requested for it (not a check that runs once)."""
+        return not self.row.once
+
+
+def pause_commands(namespace: str, name: str, now: float, resource: str = "khcheck") -> tuple[str, str]:
     """The `kubectl annotate` commands that end a pause, and that pause the check for an hour (pause.py:
     only an annotation pauses a check, so RBAC decides who may)."""
-    base = f"kubectl -n {namespace} annotate khcheck {name}"
+    base = f"kubectl -n {namespace} annotate {resource} {name}"
     resume = f"{base} {pause.PAUSED_UNTIL}- {pause.PAUSED_REASON}-"
     start = (f"{base} {pause.PAUSED_UNTIL}={format_time(now + PAUSE_EXAMPLE)} "
              f"{pause.PAUSED_REASON}='<why>' --overwrite")
@@ -363,7 +396,8 @@ def pause_commands(namespace: str, name: str, now: float) -> tuple[str, str]:
 
 def detail(v: View, obj: Mapping[str, Any] | None, now: float) -> Detail:
     current = v.get("currentRun") or {}
-    resume, start = pause_commands(v["namespace"], v["name"], now) if v["kind"] != JOB else ("", "")
+    resume, start = pause_commands(v["namespace"], v["name"], now, RESOURCE.get(v["kind"], "khcheck")) \
+        if not runs_once(v) else ("", "")
     paused = bool(v.get("paused"))
     return Detail(view=v, row=row(v, now), images=images(obj), runs=runs(v.get("history") or [], now),
                   last_ok_text=relative(parse_time(v.get("lastOK")), now),

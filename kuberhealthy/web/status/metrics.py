@@ -4,7 +4,10 @@ Users' dashboards and alert rules query these names and labels; config `metricsS
 `v2` (the default) is Kuberhealthy v2's (v2.8's promMetricsConfig included): `check="<ns>/<name>"` and
 `namespace` (the khstate's spec.Namespace, as v2 labelled it). `v3` is v3's catalog's: `check="<name>"`
 and `namespace="<ns>"`, on ours too, so v3's dashboards and alerts work unchanged. Both styles export
-every family of v2, v3 and ours; only the check labels differ.
+every family of v2, v3 and ours; only the check labels differ. khchecks, khjobs and HealthChecks alike:
+each under the key `/` shows it (web/shown.py), so a HealthCheck beside a same-named khcheck that is
+not its migration pair is `check="<ns>/hc:<name>"` (v3 style: `check="hc:<name>"`), and a migrated
+pair is one series under the khcheck's key.
   v2: kuberhealthy_running{current_master} 1, kuberhealthy_cluster_state 1|0, kuberhealthy_check{status,
       error} 1|0 and kuberhealthy_check_duration_seconds, the same two for jobs. `error` is the errors
       joined with `|`, '"' as "'" (as v2), optionally cut to a number of bytes or left out.
@@ -18,7 +21,8 @@ every family of v2, v3 and ours; only the check labels differ.
       run) from the same entries; the histogram kuberhealthy_check_run_duration_seconds (v3's buckets,
       one observation per check: its last run); kuberhealthy_controller_leader when the app hands in
       who leads. (v3's scheduler and reaper figures belong with the scheduling metrics, outputs/.)
-Jobs get only v2's two families (they run once; a job and a check of one name share a khstate).
+Jobs, and HealthChecks that run once (`singleRunOnly`), get only v2's two job families (they run once; a
+job and a check of one name share a khstate).
 
 Extra labels: for each name in promMetricsConfig's allow-list (empty: severity and category, v3's) and not
 in its deny-list, the check's label `kuberhealthy.io/<name>` becomes label `<name>` on every per-check
@@ -49,7 +53,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from kuberhealthy.base.config import Config, PromMetrics
 from kuberhealthy.base.durations import parse_duration
 from kuberhealthy.base.times import parse_time
-from kuberhealthy.web.entries import JOB, LABEL_PREFIX
+from kuberhealthy.web.entries import LABEL_PREFIX, runs_once
 from kuberhealthy.web.gojson import valid_text
 from kuberhealthy.web.status.page import Details, StatusSummary
 
@@ -170,7 +174,7 @@ class Labelling:
     def of(cls, settings: MetricsSettings, rows: Iterable[CheckRow]) -> Labelling:
         found: dict[tuple[bool, str], tuple[str, ...]] = {}
         for row in rows:
-            found.setdefault((row.view.get("kind") == JOB, row.key), tuple(
+            found.setdefault((runs_once(row.view), row.key), tuple(
                 _first(valid_text(str(row.labels.get(LABEL_PREFIX + name) or "")), settings.value_max_length)
                 for name in settings.extra))
         used = [i for i, _ in enumerate(settings.extra) if any(v[i] for v in found.values())]
@@ -288,7 +292,7 @@ class CheckStatsCollector(Collector):
         seen: set[str] = set()
         for row in rows:
             entry = row.view
-            if entry.get("kind") == JOB or row.key in seen:
+            if runs_once(entry) or row.key in seen:
                 continue
             seen.add(row.key)
             values = [*lab.check(row.key, str(entry.get("namespace") or "")), *lab.extra(row.key)]

@@ -14,8 +14,14 @@ khstate belongs under JobDetails when a khjob of that name exists (or the khstat
 (records/pause.py: its khcheck's paused-until time is ahead) keeps its CheckDetails entry but is left
 out of the top-level OK and Errors (and so of kuberhealthy_cluster_state).
 
-StatusCache keeps one rendered fragment per khstate (memoised by resourceVersion) and rebuilds the
-summary only after a reflector listener marked the cache changed (or a pause it knows of ended), at
+HealthChecks are listed in the same shape, from their states in the khstate shape (records/hcstate.py),
+under the key web/shown.py gives them (`<ns>/<name>`, or `<ns>/hc:<name>` beside a same-named khcheck
+that is not their migration pair); a migrated khcheck's khstate is not listed (its HealthCheck is, under
+its key). A HealthCheck that runs once (`singleRunOnly`) is listed under JobDetails; one whose status
+has a last run but names no pod (v3 wrote it, or v3's CRD prunes our run binding) counts as run.
+
+StatusCache keeps one rendered fragment per state (memoised by resourceVersion) and rebuilds the
+summary only after a reflector listener marked a cache changed (or a pause it knows of ended), at
 most once per change, never per request. It reads caches; it never calls the API and knows nothing about HTTP.
 """
 from __future__ import annotations
@@ -30,6 +36,7 @@ from kuberhealthy.kube import Obj
 from kuberhealthy.records import pause
 from kuberhealthy.records.khstate import WORKLOAD_JOB, RunClaim, finished_uuid
 from kuberhealthy.web.gojson import go_json_string, go_time, is_blank, valid_text
+from kuberhealthy.web.shown import Shown, single_run_only
 
 
 @dataclass(frozen=True)
@@ -45,10 +52,11 @@ class Details:
     is_job: bool
     fragment: str  # `    "<key>": {...}` indented for its place inside CheckDetails/JobDetails
     spec_namespace: str = ""  # spec.Namespace exactly as stored (what v2 shows and labels metrics with)
+    ran_unbound: bool = False  # a HealthCheck's state with a last run but no pod named: it ran
 
     @property
     def ran(self) -> bool:
-        return bool(self.authoritative_pod)
+        return bool(self.authoritative_pod) or self.ran_unbound
 
 
 def _spec_str(spec: Obj, key: str) -> str:
@@ -66,13 +74,14 @@ def shown_uuid(obj: Obj) -> str:
     return claim.uuid
 
 
-def details_of(obj: Obj, is_job: bool) -> Details:
-    """Parse one khstate tolerantly (hand-edited or v2-written objects must not break the page)."""
+def details_of(obj: Obj, is_job: bool, key: str = "", healthcheck: bool = False) -> Details:
+    """Parse one khstate (or a HealthCheck's state in its shape, shown under `key`) tolerantly:
+    hand-edited or v2-written objects must not break the page."""
     meta = obj.get("metadata") or {}
     spec = obj.get("spec")
     if not isinstance(spec, dict):
         spec = {}
-    key = valid_text(f"{meta.get('namespace', '')}/{meta.get('name', '')}")
+    key = valid_text(key or f"{meta.get('namespace', '')}/{meta.get('name', '')}")
     raw_errors = spec.get("Errors")
     errors = tuple(valid_text(e) if isinstance(e, str) else "" for e in raw_errors) \
         if isinstance(raw_errors, list) else None
@@ -101,7 +110,8 @@ def details_of(obj: Obj, is_job: bool) -> Details:
     lines.append("    }")
     return Details(key=key, namespace=spec_ns or str(meta.get("namespace") or ""), ok=ok, errors=errors,
                    run_duration=d["RunDuration"], authoritative_pod=d["AuthoritativePod"], is_job=is_job,
-                   fragment="\n".join(lines), spec_namespace=spec_ns)
+                   fragment="\n".join(lines), spec_namespace=spec_ns,
+                   ran_unbound=healthcheck and last_run is not None)
 
 
 @dataclass(frozen=True)
@@ -177,8 +187,10 @@ def _is_job(obj: Obj, khjobs: Store | None) -> bool:
     return khjobs.get(str(meta.get("namespace", "")), str(meta.get("name", ""))) is not None
 
 
-def paused_checks(khchecks: Store | None, now: float) -> tuple[frozenset[str], float]:
-    """The keys of the khchecks paused at `now`, and when the first of those pauses ends (inf if none)."""
+def paused_checks(khchecks: Store | None, now: float, healthchecks: Store | None = None,
+                  shown: Shown | None = None) -> tuple[frozenset[str], float]:
+    """The keys of the khchecks (and HealthChecks, under the keys `shown` gives them) paused at `now`, and
+    when the first of those pauses ends (inf if none)."""
     keys: set[str] = set()
     ends = float("inf")
     for obj in khchecks.list() if khchecks is not None else ():
@@ -187,17 +199,28 @@ def paused_checks(khchecks: Store | None, now: float) -> tuple[frozenset[str], f
             meta = obj.get("metadata") or {}
             keys.add(valid_text(f"{meta.get('namespace', '')}/{meta.get('name', '')}"))
             ends = min(ends, p.until)
+    for obj in healthchecks.list() if healthchecks is not None and shown is not None else ():
+        p = pause.active(obj, now)
+        if p is not None and shown is not None:
+            keys.add(valid_text(shown.healthcheck_key(obj)))
+            ends = min(ends, p.until)
     return frozenset(keys), ends
 
 
 class StatusCache:
-    """The summary and page bytes, rebuilt lazily after the khstate (or khjob, khcheck) cache changed."""
+    """The summary and page bytes, rebuilt lazily after the khstate (or khjob, khcheck, HealthCheck) cache
+    changed. `healthchecks` are the HealthChecks (their pause annotations, singleRunOnly, migration
+    marks) and `hc_states` their states in the khstate shape (records/kinds.py: Kind.states)."""
 
     def __init__(self, khstates: Store, khjobs: Store | None = None, khchecks: Store | None = None,
-                 wall: Callable[[], float] = time.time) -> None:
+                 wall: Callable[[], float] = time.time, *, healthchecks: Store | None = None,
+                 hc_states: Store | None = None) -> None:
         self._khstates = khstates
         self._khjobs = khjobs
         self._khchecks = khchecks  # their pause annotations
+        self._healthchecks = healthchecks if hc_states is not None else None
+        self._hc_states = hc_states
+        self._shown = Shown(khchecks, khjobs, self._healthchecks)
         self._wall = wall
         self._paused: tuple[frozenset[str], float] = (frozenset(), float("inf"))  # of the built summary
         self._lock = threading.Lock()  # guards the fields below
@@ -206,7 +229,8 @@ class StatusCache:
         self._built: tuple[int, StatusSummary, tuple[Details, ...]] = (-1, EMPTY, ())
         self._head: tuple[int, str] = (-1, "")
         self._page: tuple[int, str, bytes] = (-1, "", b"")
-        self._memo: dict[str, tuple[str, bool, Details]] = {}  # key -> (resourceVersion, is_job, details)
+        # (kind tag, key) -> (resourceVersion, is_job, details); "s": a khstate, "h": a HealthCheck's state
+        self._memo: dict[tuple[str, str], tuple[str, bool, Details]] = {}
 
     def attach(self) -> StatusCache:
         """Listen to the caches; call once."""
@@ -215,6 +239,8 @@ class StatusCache:
             self._khjobs.add_listener(self._changed)
         if self._khchecks is not None:
             self._khchecks.add_listener(self._changed)
+        if self._healthchecks is not None:
+            self._healthchecks.add_listener(self._changed)
         return self
 
     def _changed(self, _etype: str, _obj: Obj, _prev: Obj | None) -> None:
@@ -234,18 +260,21 @@ class StatusCache:
             if built[0] == generation:
                 return built
             entries = self._entries()
-            paused = paused_checks(self._khchecks, self._wall())
+            paused = paused_checks(self._khchecks, self._wall(), self._healthchecks, self._shown)
             built = (generation, summarize(entries, paused=paused[0]), entries)
             with self._lock:
                 self._built, self._paused = built, paused
             return built
 
     def _entries(self) -> tuple[Details, ...]:
-        """Every khstate in key order, reusing the rendered fragment of unchanged objects."""
-        memo: dict[str, tuple[str, bool, Details]] = {}
+        """Every shown state in key order, reusing the rendered fragment of unchanged objects."""
+        memo: dict[tuple[str, str], tuple[str, bool, Details]] = {}
         for obj in self._khstates.list():
             meta = obj.get("metadata") or {}
-            key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+            ns, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
+            if self._shown.khstate_hidden(ns, name):
+                continue
+            key = ("s", f"{ns}/{name}")
             rv = str(meta.get("resourceVersion") or "")
             job = _is_job(obj, self._khjobs)
             old = self._memo.get(key)
@@ -253,8 +282,22 @@ class StatusCache:
                 memo[key] = old
             else:
                 memo[key] = (rv, job, details_of(obj, job))
+        for hc in self._healthchecks.list() if self._healthchecks is not None else ():
+            meta = hc.get("metadata") or {}
+            state = self._hc_states.get(str(meta.get("namespace", "")), str(meta.get("name", ""))) \
+                if self._hc_states is not None else None
+            if state is None:
+                continue
+            key = ("h", self._shown.healthcheck_key(hc))
+            rv = str(meta.get("resourceVersion") or "")
+            job = single_run_only(hc)
+            old = self._memo.get(key)
+            if old is not None and rv and old[0] == rv and old[1] == job:
+                memo[key] = old
+            else:
+                memo[key] = (rv, job, details_of(state, job, key[1], healthcheck=True))
         self._memo = memo
-        return tuple(memo[k][2] for k in sorted(memo))
+        return tuple(d for _, _, d in sorted(memo.values(), key=lambda m: m[2].key))
 
     def summary(self) -> StatusSummary:
         """The unfiltered summary (what `/` without a filter and /metrics show)."""

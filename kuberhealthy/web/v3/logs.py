@@ -3,11 +3,11 @@ the bounds of each read.
 
 Only a pod of the named check is read: the pod must be in the checker pod cache, in the check's
 namespace, and labelled as a pod of that check (web/checkkinds.py: `kuberhealthy-check-name` for
-khchecks and khjobs); its name alone proves nothing. Logs stay behind config `exposeLogs` (off: 403),
-as the log tails of the JSON API do. Refusals, as v3 answers where it has one: 400 a missing
-parameter, 403 a pod that is not the check's, 404 no such check, pod or container, 409 a pod that has
-not started (no log yet); ours besides: 429 the per-source rate limit, 503 the API server away (and,
-for streams, every stream slot taken).
+khchecks and khjobs, `healthcheck` for HealthChecks); its name alone proves nothing. Logs stay
+behind config `exposeLogs` (off: 403), as the log tails of the JSON API do. Refusals, as v3
+answers where it has one: 400 a missing parameter, 403 a pod that is not the check's, 404 no such
+check, pod or container, 409 a pod that has not started (no log yet); ours besides: 429 the
+per-source rate limit, 503 the API server away (and, for streams, every stream slot taken).
 
 Bounds. `/api/logs` reads the end of the log: its last LOG_LINES lines, at most LOG_BYTES, one read of
 READ_TIMEOUT. A stream follows the log from its start and ends when the container ends, after

@@ -204,7 +204,7 @@
     var empty = document.getElementById("empty");
     if (empty) {
       empty.hidden = shown > 0;
-      empty.textContent = total ? "No checks match this filter." : "No khchecks or khjobs yet.";
+      empty.textContent = total ? "No checks match this filter." : "No khchecks, khjobs or HealthChecks yet.";
     }
     if (updateUrl) {
       var params = new URLSearchParams();
@@ -297,15 +297,16 @@
 
   // --- a check page ------------------------------------------------------------------------------------
   function gone() {
-    var msg = document.getElementById("run-msg");
     var note = document.createElement("p");
     note.className = "empty";
     note.setAttribute("role", "status");
     note.textContent = "This check no longer exists; what is shown is its last known state.";
     main.insertBefore(note, main.children[1] || null);
-    if (msg) { msg.textContent = ""; }
-    var btn = document.getElementById("run-now");
-    if (btn) { btn.hidden = true; }
+    runButtons.forEach(function (btn) {
+      var msg = document.getElementById(btn.dataset.msg);
+      if (msg) { msg.textContent = ""; }
+      btn.hidden = true;
+    });
     liveUrl = "";
   }
 
@@ -327,14 +328,16 @@
     });
   }
 
-  var runBtn = document.getElementById("run-now");
-  var runMsg = document.getElementById("run-msg");
-  function say(text, bad) {
-    if (!runMsg) { return; }
-    runMsg.textContent = text;
-    runMsg.className = "run-msg" + (bad ? " bad" : "");
-  }
-  if (runBtn) {
+  // One "Run now" per runnable entry (a khcheck and a HealthCheck of one name share a page); each says
+  // what happened in its own message element (data-msg).
+  var runButtons = Array.prototype.slice.call(document.querySelectorAll("button.run-now"));
+  runButtons.forEach(function (runBtn) {
+    var runMsg = document.getElementById(runBtn.dataset.msg);
+    function say(text, bad) {
+      if (!runMsg) { return; }
+      runMsg.textContent = text;
+      runMsg.className = "run-msg" + (bad ? " bad" : "");
+    }
     runBtn.hidden = false;
     runBtn.addEventListener("click", function () {
       runBtn.disabled = true;
@@ -362,7 +365,7 @@
         say("Could not reach the server.", true);
       }).then(function () { runBtn.disabled = false; });
     });
-  }
+  });
 
   // --- start -------------------------------------------------------------------------------------------
   if (page === "check") {
