@@ -30,7 +30,10 @@ Verdicts: PASS; FAIL (an invariant violated: exit 1); BED (the only failures wer
 kubelet itself broke, e.g. a pod status write it lost during the outage: the invariant is unproven;
 exit 3). A scenario that could not be set up: exit 2.
 
-Usage: python -m bench.faults_bench [--scenario NAME ...] [--quick] [--workdir DIR] [--election]
+With --mix, half of each scenario's checks are HealthChecks (Kuberhealthy v3's kind, their result their
+status; bench/faultmix.py): the same invariants hold for both kinds, and the false alarms are shown per kind.
+
+Usage: python -m bench.faults_bench [--scenario NAME ...] [--quick] [--workdir DIR] [--election] [--mix]
 """
 from __future__ import annotations
 
@@ -41,7 +44,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from bench.faultmix import MixFaultBed, kind_of
 from testbed.faults.faultbed import (
     BedSettings,
     FaultBed,
@@ -83,14 +88,14 @@ SETTLE = 45.0  # seconds observed after the fault at least: a run caught by it f
 QUICK_SETTLE = 35.0
 
 
-def run_scenario(sc: Scenario, root: Path, quick: bool, election: bool) -> Outcome:
+def run_scenario(sc: Scenario, root: Path, quick: bool, election: bool, mix: bool = False) -> Outcome:
     settings = dataclasses.replace(sc.settings)
     if quick:
         settings = dataclasses.replace(settings, checks=6, interval="10s")
     if election:
         settings = dataclasses.replace(settings, force_master=False)
     seconds = sc.seconds[1] if quick else sc.seconds[0]
-    bed = FaultBed(root / sc.name, settings)
+    bed = (MixFaultBed if mix else FaultBed)(root / sc.name, settings)
     print(f"\n== {sc.name}: {sc.what.format(s=seconds)}  (work dir {bed.workdir})", flush=True)
     t0 = time.monotonic()
     try:
@@ -116,7 +121,16 @@ def run_scenario(sc: Scenario, root: Path, quick: bool, election: bool) -> Outco
         print(f"   done in {time.monotonic() - t0:.0f}s", flush=True)
 
 
-def fmt_table(rows: list[Outcome]) -> str:
+def alarms_by_kind(o: Outcome) -> str:
+    """The false alarms (and bed failures) of khchecks and of HealthChecks."""
+    def count(items: list[Any], kind: str) -> int:
+        return sum(1 for f, _ in items if kind_of(f.check) == kind)
+    return ", ".join(f"{label} {count(o.false_alarms, kind)}"
+                     + (f" (+{count(o.bed_failures, kind)} bed)" if count(o.bed_failures, kind) else "")
+                     for kind, label in (("khcheck", "kh"), ("healthcheck", "hc")))
+
+
+def fmt_table(rows: list[Outcome], mix: bool = False) -> str:
     head = ["scenario", "false alarms", "recovery s", "/ avail %", "/healthz avail %", "max live pods/check",
             "runs skipped", "verdict"]
     body = []
@@ -125,6 +139,8 @@ def fmt_table(rows: list[Outcome]) -> str:
         skipped = "absent" if o.skipped is None else (
             ", ".join(f"{k}={v:g}" for k, v in sorted(o.skipped.items())) or "0")
         alarms = str(len(o.false_alarms)) + (f" (+{len(o.bed_failures)} bed)" if o.bed_failures else "")
+        if mix:
+            alarms += f": {alarms_by_kind(o)}"
         body.append([o.name, alarms, recovery, f"{o.availability_pct(0):.1f}",
                      f"{o.availability_pct(1):.1f}", str(o.max_live), skipped,
                      o.verdict])
@@ -162,19 +178,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workdir", type=Path, default=None, help="where logs are kept (default /tmp/kh-faults-<time>)")
     ap.add_argument("--election", action="store_true",
                     help="one-replica scenarios with Lease election instead of enableForceMaster")
+    ap.add_argument("--mix", action="store_true", help="half of the checks are HealthChecks")
     args = ap.parse_args(argv)
     root = args.workdir or Path(f"/tmp/kh-faults-{time.strftime('%Y%m%d-%H%M%S')}")
     root.mkdir(parents=True, exist_ok=True)
-    print(f"fault scenarios; logs in {root} (<scenario>/kh-*.log are the daemon logs)", flush=True)
+    mixed = " (half HealthChecks)" if args.mix else ""
+    print(f"fault scenarios{mixed}; logs in {root} (<scenario>/kh-*.log are the daemon logs)", flush=True)
     outcomes: list[Outcome] = []
     crashed: list[str] = []
     for sc in [BY_NAME[n] for n in args.scenario] if args.scenario else SCENARIOS:
         try:
-            outcomes.append(run_scenario(sc, root, args.quick, args.election))
+            outcomes.append(run_scenario(sc, root, args.quick, args.election, args.mix))
         except Exception as e:  # noqa: BLE001 - one broken scenario must not hide the others' results
             crashed.append(f"{sc.name}: {type(e).__name__}: {e}")
             print(f"   SCENARIO ERROR: {type(e).__name__}: {e}", flush=True)
-    report = [fmt_table(outcomes), ""] + [details(o) for o in outcomes]
+    report = [fmt_table(outcomes, args.mix), ""] + [details(o) for o in outcomes]
     report += [f"SCENARIO ERROR {c}" for c in crashed]
     report.append(f"\nlogs: {root}")
     text = "\n".join(report)

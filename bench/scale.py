@@ -33,12 +33,17 @@ finished its first run, or one interval after the first checker pod appeared, an
                  behind this harness's watch, so a slow kubelet is told apart from a slow daemon.
 Also shown: CPU of the API server + etcd, the kubelet process, this harness and the whole machine.
 
+With --mix, half of each size's checks are HealthChecks (Kuberhealthy v3's kind; their result is their
+status): the figures are shown for the run and, where they split, per kind (bench/scalemix.py). With
+--versus-mix, each size runs twice, khchecks alone and then the mix, and the mix's figures are printed over
+khchecks alone's (targets: as few false failures, lag as good, CPU per run within +-10 %).
+
 Targets at 1,000 checks (exit status 1 when one is missed and N=1000 was run; 2 when a size could not
 be measured): 0 false failures and 0 reports refused with a 4xx; schedule lag p99 < 1 s; daemon CPU < 0.4 core;
 peak PSS < 250 MB; `/` p99 < 0.5 s; API requests per run <= 5. Other sizes are reported only.
 Logs and raw observations are kept under --results (default /tmp/kh-scale-<time>/n<N>/).
 
-Usage: python -m bench.scale [--checks 250,1000,2000] [--interval 60] [--intervals 3]
+Usage: python -m bench.scale [--checks 250,1000,2000] [--interval 60] [--intervals 3] [--mix | --versus-mix]
 """
 from __future__ import annotations
 
@@ -62,7 +67,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from bench import scalemix
 from bench.scaleprobe import (
+    KIND_HEALTHCHECK,
+    KIND_KHCHECK,
     ApiWatch,
     PodLog,
     Poller,
@@ -71,8 +79,10 @@ from bench.scaleprobe import (
     audit_mark,
     audit_since,
     count_audit,
+    healthcheck_version,
     histogram_delta,
     machine_busy_seconds,
+    owner_counter,
     process_tree,
     scrape_histogram,
 )
@@ -113,9 +123,22 @@ def scale_check(i: int, args: argparse.Namespace) -> dict[str, Any]:
                    env={"SIM_DELAY": f"{args.delay:g}"})
 
 
-def create_checks(cluster: TestCluster, ns: str, args: argparse.Namespace) -> None:
+def scale_healthcheck(i: int, args: argparse.Namespace) -> dict[str, Any]:
+    """The HealthCheck twin of scale_check: the same pod spec, interval and timeout."""
+    twin = scale_check(i, args)["spec"]
+    return scalemix.healthcheck(f"{scalemix.HC_PREFIX}{i:04d}", twin["podSpec"], twin["runInterval"],
+                                twin["timeout"])
+
+
+def create_checks(cluster: TestCluster, ns: str, args: argparse.Namespace,
+                  counts: dict[str, int] | None = None) -> None:
+    """counts[khcheck] khchecks and counts[healthcheck] HealthChecks, interleaved (default: args.n khchecks)."""
+    counts = counts or scalemix.split(args.n, mix=False)
+    bodies = [(khc(ns), scale_check(i, args)) for i in range(counts[KIND_KHCHECK])]
+    hcs = [(scalemix.hcs_path(ns), scale_healthcheck(i, args)) for i in range(counts[KIND_HEALTHCHECK])]
+    order = [b for pair in zip(bodies, hcs, strict=False) for b in pair] + bodies[len(hcs):] + hcs[len(bodies):]
     with ThreadPoolExecutor(max_workers=8, thread_name_prefix="create") as pool:
-        for f in [pool.submit(cluster.request, "POST", khc(ns), scale_check(i, args)) for i in range(args.n)]:
+        for f in [pool.submit(cluster.request, "POST", path, body) for path, body in order]:
             f.result()
 
 
@@ -204,10 +227,11 @@ def measure(args: argparse.Namespace, outdir: Path) -> dict[str, Any]:
     of this tree's (bench/versus.py compares the two)."""
     n, interval = args.n, args.interval
     source: Path | None = getattr(args, "source", None)
+    counts = scalemix.split(n, bool(getattr(args, "mix", False)))
     outdir.mkdir(parents=True, exist_ok=True)
     notes: list[str] = []
     row: dict[str, Any] = {"n": n, "interval": interval, "intervals": args.intervals, "notes": notes,
-                           "logs": str(outdir)}
+                           "logs": str(outdir), "checks_by_kind": counts}
 
     def say(msg: str) -> None:
         print(f"  [{n}] {msg}", flush=True)
@@ -218,7 +242,7 @@ def measure(args: argparse.Namespace, outdir: Path) -> dict[str, Any]:
     sampler: TreeSampler | None = None
     poller: Poller | None = None
     stats: dict[str, Any] | None = None
-    pods, states = PodLog(), StateLog()
+    pods, states, hc_states = PodLog(), StateLog(), StateLog(healthcheck_version)
     try:
         install_crds(cluster)
         ns = create_namespace(cluster, "scale")
@@ -227,11 +251,15 @@ def measure(args: argparse.Namespace, outdir: Path) -> dict[str, Any]:
         say(f"test bed up; simulated kubelet pid {sim.pid} with {nodes} nodes")
         watches = [ApiWatch(cluster.server, ADMIN_TOKEN, pods_path(ns), pods.on_event, "watch-pods").start(),
                    ApiWatch(cluster.server, ADMIN_TOKEN, khs(ns), states.on_event, "watch-khstates").start()]
+        if counts[KIND_HEALTHCHECK]:
+            watches.append(ApiWatch(cluster.server, ADMIN_TOKEN, scalemix.hcs_path(ns), hc_states.on_event,
+                                    "watch-healthchecks").start())
         if not all(w.synced.wait(30) for w in watches):
             raise RuntimeError("harness watches did not sync within 30s")
         t = time.monotonic()
-        create_checks(cluster, ns, args)
-        say(f"{n} khchecks created in {time.monotonic() - t:.1f}s")
+        create_checks(cluster, ns, args, counts)
+        say(f"{counts[KIND_KHCHECK]} khchecks and {counts[KIND_HEALTHCHECK]} HealthChecks created in "
+            f"{time.monotonic() - t:.1f}s")
         daemon = DaemonProcess(cluster, outdir, "kuberhealthy-scale-0", ns, {
             "enableForceMaster": True, "targetNamespace": ns, "logLevel": args.log_level}, source=source)
         d = daemon
@@ -253,10 +281,11 @@ def measure(args: argparse.Namespace, outdir: Path) -> dict[str, Any]:
         if not wait_until(lambda: bool(pods.pods), max(60.0, interval), dead):
             notes.append("no checker pod appeared during warm-up")
         first_pod = min((p.seen for p in pods.pods.values()), default=time.monotonic())
-        done = wait_until(lambda: states.completed_first_run() >= n, max(0.0, first_pod + interval - time.monotonic()),
-                          dead)
+        def first_runs() -> int:
+            return states.completed_first_run() + hc_states.completed_first_run()
+        done = wait_until(lambda: first_runs() >= n, max(0.0, first_pod + interval - time.monotonic()), dead)
         row["warmup"] = {"seconds": round(time.monotonic() - t_daemon, 1), "all_first_runs_done": done,
-                         "first_runs_done": states.completed_first_run(),
+                         "first_runs_done": first_runs(),
                          "first_pod_after_daemon_start_s": round(first_pod - t_daemon, 2)}
         say(f"warm-up over after {row['warmup']['seconds']}s ({row['warmup']['first_runs_done']} of {n} first runs "
             f"finished); measuring {args.intervals} x {interval:g}s")
@@ -300,8 +329,12 @@ def measure(args: argparse.Namespace, outdir: Path) -> dict[str, Any]:
             final = cluster.request("GET", khs(ns)).get("items") or []
             row["final_not_ok"] = sum(1 for s in final if not (s.get("spec") or {}).get("OK", False))
             row["final_khstates"] = len(final)
+            if counts[KIND_HEALTHCHECK]:
+                hcs = cluster.request("GET", scalemix.hcs_path(ns)).get("items") or []
+                row["final_hc_not_ok"] = sum(1 for h in hcs if not healthcheck_version(h, 0.0).ok)
+                row["final_healthchecks"] = len(hcs)
         except (urllib.error.URLError, OSError, ValueError) as e:
-            notes.append(f"final khstate list failed: {e}")
+            notes.append(f"final state list failed: {e}")
         daemon.stop()
         row["daemon_exit"] = daemon.proc.returncode
         stats = sim.stop()
@@ -316,36 +349,46 @@ def measure(args: argparse.Namespace, outdir: Path) -> dict[str, Any]:
         row["runs_expected"] = round(n * elapsed / interval)
         row["lag"] = schedule_lags(by_check, n, interval, w0, w1, mono_to_unix)
         row["histogram"] = histogram_delta(hist0, hist1)
-        row["false_failures"] = false_failures(states.snapshot(), ns, w0, w1)
+        ff = {KIND_KHCHECK: false_failures(states.snapshot(), ns, w0, w1),
+              KIND_HEALTHCHECK: false_failures(hc_states.snapshot(), ns, w0, w1)}
+        row["false_failures"] = _merged_failures(ff)
         row["sim"] = sim_figures(stats, pods, w0, w1, args.delay)
         cores = {k: max(0.0, cpu1[k] - cpu0[k]) / elapsed for k in cpu0}
         cores["harness"] = ((usage1.ru_utime + usage1.ru_stime) - (usage0.ru_utime + usage0.ru_stime)) / elapsed
         row["cpu"] = {**{k: round(v, 3) for k, v in cores.items()},
                       "daemon_seconds": round(max(0.0, cpu1["daemon"] - cpu0["daemon"]), 2),
                       "daemon_warmup": round(cpu_daemon_warmup / max(1e-9, w0 - t_daemon), 3),
-                      "daemon_millicores_per_check": round(cores["daemon"] * 1000 / n, 3)}
+                      "daemon_millicores_per_check": round(cores["daemon"] * 1000 / n, 3),
+                      "daemon_ms_per_run": (round(max(0.0, cpu1["daemon"] - cpu0["daemon"]) * 1000 / runs, 2)
+                                            if runs else None)}
         row["mem"] = {"peak_pss_mb": round(sampler.peak_pss_kb / MB, 1),
                       "peak_rss_mb": round(sampler.peak_rss_kb / MB, 1),
                       "peak_threads": sampler.peak_threads, "peak_processes": sampler.peak_processes,
                       "samples": sampler.samples}
         time.sleep(1.0)  # the audit log is written asynchronously to the answers
-        daemon_calls = audit_since(count_audit, cluster.audit_log, audit0, wall0, wall1, DAEMON_AGENT)
+        owned = audit_since(owner_counter(scalemix.HC_PREFIX), cluster.audit_log, audit0, wall0, wall1, DAEMON_AGENT)
+        daemon_calls, owners = scalemix.api_by_owner(owned)
         sim_calls = audit_since(count_audit, cluster.audit_log, audit0, wall0, wall1, SIM_AGENT)
         total = sum(daemon_calls.values())
         row["api"] = {"requests": total, "per_s": round(total / elapsed, 2),
                       "per_run": round(total / runs, 2) if runs else None,
                       "by_kind_per_run": {k: round(v / max(1, runs), 2) for k, v in daemon_calls.most_common(12)},
                       "sim_per_run": round(sum(sim_calls.values()) / runs, 2) if runs else None}
+        kind_runs = {k: sum(1 for p in pods.pods.values() if p.kind == k and w0 <= p.seen <= w1) for k in counts}
+        lags = {k: schedule_lags(pods.by_check(k), counts[k], interval, w0, w1, mono_to_unix) for k in counts}
+        row["by_kind"] = scalemix.kind_figures(counts, kind_runs, owners, ff, lags)
         polls = poller.polls
         answered = [p.seconds for p in polls if p.outcome == "ok"]
         row["status_page"] = {**summary(answered), "polls": len(polls),
                               "failed": sum(1 for p in polls if p.outcome != "ok"), "skipped": poller.skipped,
                               "outcomes": dict(Counter(p.outcome for p in polls))}
-        row["watch_restarts"] = {"pods": watches[0].restarts, "khstates": watches[1].restarts}
+        row["watch_restarts"] = {"pods": watches[0].restarts, "khstates": watches[1].restarts,
+                                 **({"healthchecks": watches[2].restarts} if len(watches) > 2 else {})}
         row["daemon_log"] = {"path": str(daemon.log_path), **log_problems(daemon.log_path)}
         (outdir / "observed.json").write_text(json.dumps({
             "pods": [asdict(p) for p in pods.pods.values()],
             "khstates": {k: [asdict(v) for v in seq] for k, seq in states.snapshot().items()},
+            "healthchecks": {k: [asdict(v) for v in seq] for k, seq in hc_states.snapshot().items()},
             "polls": [asdict(p) for p in polls], "window": [w0, w1], "wall": [wall0, wall1]}))
         return row
     finally:
@@ -366,6 +409,38 @@ def measure(args: argparse.Namespace, outdir: Path) -> dict[str, Any]:
         if not args.keep_audit:
             cluster.audit_log.unlink(missing_ok=True)
         (outdir / "row.json").write_text(json.dumps(row, indent=1, default=str))
+
+
+def _measure_one(args: argparse.Namespace, outdir: Path) -> dict[str, Any]:
+    """measure() at args.n (a mix when args.mix), its details printed; a row with "error" if it failed."""
+    t = time.monotonic()
+    try:
+        row = measure(args, outdir)
+    except Exception as e:  # one size failing must not lose the others
+        logger.exception("size %d could not be measured", args.n)
+        row = {"n": args.n, "error": f"{type(e).__name__}: {e}"}
+    row["mix"] = bool(args.mix)
+    print(f"  [{args.n}] measured in {time.monotonic() - t:.0f}s{' (mix)' if args.mix else ''}", flush=True)
+    print_details(row)
+    for line in scalemix.kind_lines(row):
+        print(f"    {line}")
+    return row
+
+
+def _kind_block(row: dict[str, Any]) -> list[str]:
+    """Below the table: a mixed row's figures per kind."""
+    per_kind = scalemix.kind_lines(row)
+    return [f"- {row['n']:,} checks, half HealthChecks, per kind:", *per_kind, ""] if per_kind else []
+
+
+def _merged_failures(by_kind: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The false failures of both kinds as one figure (false_failures' shape)."""
+    reasons: Counter[str] = Counter()
+    for f in by_kind.values():
+        reasons.update(dict(f["reasons"]))
+    return {"results": sum(f["results"] for f in by_kind.values()),
+            "in_window": sum(f["in_window"] for f in by_kind.values()),
+            "checks": sum(f["checks"] for f in by_kind.values()), "reasons": reasons.most_common(5)}
 
 
 def _exit_on_signal(signum: int, frame: object) -> None:
@@ -389,6 +464,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--checks", default="250,1000,2000", help="comma-separated sizes (default 250,1000,2000)")
     harness_args(ap, "/tmp/kh-scale-<time>")
+    kinds = ap.add_mutually_exclusive_group()
+    kinds.add_argument("--mix", action="store_true", help="half of each size's checks are HealthChecks")
+    kinds.add_argument("--versus-mix", action="store_true",
+                       help="each size twice, khchecks alone then the mix; print the mix over khchecks alone")
     args = ap.parse_args(argv)
     # A tool, not the daemon: SIGTERM becomes SystemExit so every `finally` stops what this run started.
     signal.signal(signal.SIGTERM, _exit_on_signal)
@@ -397,29 +476,32 @@ def main(argv: list[str] | None = None) -> int:
     results = Path(args.results or f"/tmp/kh-scale-{time.strftime('%Y%m%d-%H%M%S')}")
     results.mkdir(parents=True, exist_ok=True)
     tree = product_state()
-    print(f"make scale: sizes {sizes}, interval {args.interval:g}s, {args.intervals} measured intervals, checker "
-          f"{args.image} SIM_DELAY={args.delay:g}; product {tree}; logs under {results}", flush=True)
+    what = ("khchecks alone, then half HealthChecks" if args.versus_mix
+            else "half khchecks, half HealthChecks" if args.mix else "khchecks")
+    print(f"make scale: sizes {sizes} ({what}), interval {args.interval:g}s, {args.intervals} measured intervals, "
+          f"checker {args.image} SIM_DELAY={args.delay:g}; product {tree}; logs under {results}", flush=True)
     rows: list[dict[str, Any]] = []
+    compared: list[str] = []
     for n in sizes:
         args.n = n
-        t = time.monotonic()
-        try:
-            row = measure(args, results / f"n{n}")
-        except Exception as e:  # one size failing must not lose the others
-            logger.exception("size %d could not be measured", n)
-            row = {"n": n, "error": f"{type(e).__name__}: {e}"}
-        print(f"  [{n}] measured in {time.monotonic() - t:.0f}s", flush=True)
-        print_details(row)
-        rows.append(row)
+        sides = [(False, f"n{n}-alone"), (True, f"n{n}-mix")] if args.versus_mix else [(args.mix, f"n{n}")]
+        pair: list[dict[str, Any]] = []
+        for mix, sub in sides:
+            args.mix = mix
+            pair.append(_measure_one(args, results / sub))
+        rows.extend(pair)
+        if args.versus_mix:
+            compared += [*scalemix.compare_lines(n, scalemix.compare(pair[0], pair[1]), pair[1]), ""]
     lines = [f"Scale, interval {args.interval:g}s, {args.intervals} intervals measured, checker {args.image} "
              f"SIM_DELAY={args.delay:g}, {os.cpu_count()} cores", "", HEADER, "|" + "---|" * 9,
              *[markdown_row(r) for r in rows], "",
+             *[line for r in rows for line in _kind_block(r)], *compared,
              *[f"- {r['n']:,} checks: product {r.get('product', tree)}; machine busy "
                f"{r.get('cpu', {}).get('machine', '-')} cores, API server + etcd {r.get('cpu', {}).get('api', '-')}, "
                f"simulated kubelet {r.get('cpu', {}).get('sim', '-')}" for r in rows]]
     status = 0
     for row in rows:
-        if row["n"] != TARGET_N:
+        if row["n"] != TARGET_N or args.versus_mix:  # a comparison reports; it does not judge one side
             continue
         if "error" in row:
             status = 2
@@ -431,7 +513,7 @@ def main(argv: list[str] | None = None) -> int:
                 status = max(status, 1)
     if any("error" in r for r in rows):
         status = 2
-    lines += ["", f"Logs and raw observations: {results}/n<N>/ (daemon log, sim.log, sim-stats.json, "
+    lines += ["", f"Logs and raw observations: {results}/n<N>[-alone|-mix]/ (daemon log, sim.log, sim-stats.json, "
               "observed.json, row.json, testbed/*.log)"]
     text = "\n".join(lines)
     (results / "scale.md").write_text(text + "\n")

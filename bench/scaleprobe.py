@@ -3,13 +3,15 @@
 Each one measures the daemon from outside, independently of its own code and numbers:
   ApiWatch     list + watch of one API path with raw JSON (its own user agent, so audit counts leave it
                out); calls a callback with the monotonic time each object version was first seen.
-  PodLog       the first time each checker pod was seen, per check (the schedule-lag clock).
-  StateLog     every distinct khstate version seen (the false-failure record).
+  PodLog       the first time each checker pod was seen, per check (the schedule-lag clock), and its kind.
+  StateLog     every distinct state version seen (the false-failure record): khstates, or with
+               read=healthcheck_version a HealthCheck's status.
   TreeSampler  a process tree's CPU (utime+stime, children included), PSS, RSS and threads from /proc.
   Poller       `GET /` at a fixed rate (open loop: a slow answer does not delay the next request).
   scrape_histogram  the daemon's own histogram.
-  audit_since(count_audit | audit_answers)  the API server's audit log since a mark, across its rotations:
-               requests by kind, answers outside 2xx (one scan: audit_requests).
+  audit_since(count_audit | audit_answers | owner_counter(..))  the API server's audit log since a mark,
+               across its rotations: requests by kind, answers outside 2xx, requests by the check kind
+               they serve (one scan: audit_requests).
 Nothing here is imported by the product, and nothing here writes to the API server.
 """
 from __future__ import annotations
@@ -140,6 +142,10 @@ class ApiWatch:
             resp.release_conn()
 
 
+KIND_KHCHECK, KIND_HEALTHCHECK = "khcheck", "healthcheck"
+HC_LABEL = "healthcheck"  # a HealthCheck's checker pod carries healthcheck=<name>
+
+
 @dataclass
 class PodSeen:
     name: str
@@ -147,6 +153,7 @@ class PodSeen:
     check: str
     seen: float  # monotonic, first event that showed this pod
     created: float | None  # creationTimestamp, unix seconds (1 s resolution)
+    kind: str = KIND_KHCHECK  # KIND_HEALTHCHECK for a pod labelled healthcheck=<its check>
 
 
 class PodLog:
@@ -159,17 +166,20 @@ class PodLog:
     def on_event(self, kind: str, pod: dict[str, Any], now: float) -> None:
         meta = pod.get("metadata") or {}
         uid = str(meta.get("uid") or "")
-        check = str((meta.get("labels") or {}).get("kuberhealthy-check-name") or "")
+        labels = meta.get("labels") or {}
+        check = str(labels.get("kuberhealthy-check-name") or labels.get(HC_LABEL) or "")
         if not uid or not check:
             return
+        kind = KIND_HEALTHCHECK if labels.get(HC_LABEL) == check else KIND_KHCHECK
         with self._lock:
             if uid not in self.pods:
                 self.pods[uid] = PodSeen(str(meta.get("name")), uid, check, now,
-                                         parse_time(meta.get("creationTimestamp")))
+                                         parse_time(meta.get("creationTimestamp")), kind)
 
-    def by_check(self) -> dict[str, list[PodSeen]]:
+    def by_check(self, kind: str | None = None) -> dict[str, list[PodSeen]]:
+        """Pods by check, first seen first (only the checks of `kind` when given)."""
         with self._lock:
-            pods = list(self.pods.values())
+            pods = [p for p in self.pods.values() if kind is None or p.kind == kind]
         out: dict[str, list[PodSeen]] = {}
         for p in sorted(pods, key=lambda p: p.seen):
             out.setdefault(p.check, []).append(p)
@@ -187,21 +197,43 @@ class StateVersion:
     run_duration: str
 
 
-class StateLog:
-    """Every distinct khstate version, in the order seen, by khstate name."""
+def _errors(errors: Any) -> tuple[str, ...]:
+    return tuple(str(e) for e in errors) if isinstance(errors, list) else ()
 
-    def __init__(self) -> None:
+
+def khstate_version(obj: dict[str, Any], now: float) -> StateVersion:
+    """A khstate as a StateVersion."""
+    meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+    return StateVersion(now, str(meta.get("resourceVersion") or ""), bool(spec.get("OK", False)),
+                        str(spec.get("LastRun") or ""), _errors(spec.get("Errors") or []),
+                        str(spec.get("uuid") or ""), str(spec.get("RunDuration") or ""))
+
+
+def healthcheck_version(obj: dict[str, Any], now: float) -> StateVersion:
+    """A HealthCheck's status (v3's names: ok, errors, lastRunUnix, runDuration in ns) as a StateVersion.
+    A status holding no result yet (no lastRunUnix, no errors) reads as OK: nothing has failed."""
+    meta, status = obj.get("metadata") or {}, obj.get("status") or {}
+    errors = _errors(status.get("errors") or [])
+    last_run = str(status.get("lastRunUnix") or "")
+    ok = bool(status.get("ok", False)) or not (last_run or errors)
+    return StateVersion(now, str(meta.get("resourceVersion") or ""), ok, last_run if last_run != "0" else "",
+                        errors, str(status.get("currentUUID") or ""), str(status.get("runDuration") or ""))
+
+
+class StateLog:
+    """Every distinct state version, in the order seen, by object name (a khstate, or with
+    read=healthcheck_version a HealthCheck's status)."""
+
+    def __init__(self, read: Callable[[dict[str, Any], float], StateVersion] = khstate_version) -> None:
         self._lock = threading.Lock()
+        self._read = read
         self.versions: dict[str, list[StateVersion]] = {}
 
     def on_event(self, kind: str, obj: dict[str, Any], now: float) -> None:
         if kind == "DELETED":
             return
-        meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
-        errors = spec.get("Errors") or []
-        v = StateVersion(now, str(meta.get("resourceVersion") or ""), bool(spec.get("OK", False)),
-                         str(spec.get("LastRun") or ""), tuple(str(e) for e in errors) if isinstance(errors, list)
-                         else (), str(spec.get("uuid") or ""), str(spec.get("RunDuration") or ""))
+        meta = obj.get("metadata") or {}
+        v = self._read(obj, now)
         with self._lock:
             seq = self.versions.setdefault(str(meta.get("name")), [])
             if not seq or seq[-1].rv != v.rv:
@@ -421,6 +453,9 @@ def histogram_delta(before: dict[str, Any] | None, after: dict[str, Any] | None)
             "since_start": base is not before}
 
 
+AuditCounter = Callable[[Path, int, float, float, str], Counter[str]]
+
+
 def audit_requests(path: Path, offset: int, t0: float, t1: float, agent_prefix: str) -> Iterator[dict[str, Any]]:
     """The audit log's completed non-watch requests with a user agent starting with agent_prefix, received
     in [t0, t1] (unix s), read from byte `offset` on (an offset inside a line skips the rest of it)."""
@@ -455,6 +490,29 @@ def count_audit(path: Path, offset: int, t0: float, t1: float, agent_prefix: str
     return Counter(request_kind(e) for e in audit_requests(path, offset, t0, t1, agent_prefix))
 
 
+def request_owner(e: dict[str, Any], hc_prefix: str) -> str:
+    """The check kind an audit entry served: khstates, khchecks and khjobs are a khcheck's, healthchecks
+    (and healthchecks/status) a HealthCheck's; pods and Events by their name (a HealthCheck's checks are
+    named with hc_prefix, its pods and Events start with the check's name); anything else is "shared"."""
+    ref = e.get("objectRef") or {}
+    resource, name = str(ref.get("resource") or ""), str(ref.get("name") or "")
+    if resource == "healthchecks":
+        return KIND_HEALTHCHECK
+    if resource in ("khstates", "khchecks", "khjobs"):
+        return KIND_KHCHECK
+    if resource in ("pods", "events") and name:
+        return KIND_HEALTHCHECK if name.startswith(hc_prefix) else KIND_KHCHECK
+    return "shared"
+
+
+def owner_counter(hc_prefix: str) -> AuditCounter:
+    """An audit counter of requests by `<owner> <verb resource[/subresource]>` (owner: request_owner)."""
+    def count(path: Path, offset: int, t0: float, t1: float, agent_prefix: str) -> Counter[str]:
+        return Counter(f"{request_owner(e, hc_prefix)} {request_kind(e)}"
+                       for e in audit_requests(path, offset, t0, t1, agent_prefix))
+    return count
+
+
 def audit_answers(path: Path, offset: int, t0: float, t1: float, agent_prefix: str) -> Counter[str]:
     """audit_requests() answered outside 2xx, by `verb resource[/subresource] code`."""
     counts: Counter[str] = Counter()
@@ -463,9 +521,6 @@ def audit_answers(path: Path, offset: int, t0: float, t1: float, agent_prefix: s
         if not 200 <= code < 300:
             counts[f"{request_kind(e)} {code}"] += 1
     return counts
-
-
-AuditCounter = Callable[[Path, int, float, float, str], Counter[str]]
 
 
 def audit_mark(log: Path) -> tuple[int, int]:

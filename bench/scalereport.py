@@ -167,7 +167,8 @@ def markdown_row(row: dict[str, Any]) -> str:
         kubelet = f"{fmt_s(sim['seen_to_running']['p99'])}, {fmt_s(sim['report_answer']['p99'])}"
         if sim["simulator_errors"]:
             kubelet += f" ({sim['simulator_errors']} simulator errors)"
-    return (f"| {row['n']:,} | {failures} | {lag_txt} "
+    checks = f"{row['n']:,}" + (" (half HealthChecks)" if row.get("mix") else "")
+    return (f"| {checks} | {failures} | {lag_txt} "
             f"| {cpu['daemon']:.2f} core ({cpu['daemon_millicores_per_check']:.2f} m) "
             f"| {mem['peak_pss_mb']:.0f} / {mem['peak_rss_mb']:.0f} MB | {mem['peak_threads']:,} | {polls} "
             f"| {api['per_s']:.1f} ({api['per_run']}) | {kubelet} |")
@@ -184,8 +185,11 @@ def print_details(row: dict[str, Any]) -> None:
     print(f"      lag (watch clock) {lag['lags']} lags, overdue at end {lag['overdue_at_end']}, never ran "
           f"{lag['never_ran']}; creationTimestamp clock p50/p99/max {fmt_s(lag['created']['p50'])} / "
           f"{fmt_s(lag['created']['p99'])} / {fmt_s(lag['created']['max'])}; daemon histogram {row['histogram']}")
+    hcs = (f", HealthChecks not OK {row['final_hc_not_ok']} of {row['final_healthchecks']}"
+           if "final_healthchecks" in row else "")
     print(f"      false failures {row['false_failures']}; final khstates not OK {row.get('final_not_ok')} of "
-          f"{row.get('final_khstates')}")
+          f"{row.get('final_khstates')}{hcs}")
+    print(f"      daemon CPU per run {cpu.get('daemon_ms_per_run')} ms")
     print(f"      CPU cores: daemon {cpu['daemon']} (warm-up {cpu['daemon_warmup']}), API server+etcd {cpu['api']}, "
           f"kubelet {cpu['sim']}, harness {cpu['harness']}, machine {cpu['machine']} of {os.cpu_count()}")
     print(f"      memory {row['mem']}")

@@ -1,7 +1,10 @@
-"""`python -m bench.attack [--scenario NAME ...] [--workdir DIR] [--tls] [--report-path PATH]`: run the
-attacks, print the table, exit 1 when any target was missed (or a scenario crashed). `--tls` runs the
+"""`python -m bench.attack [--scenario NAME ...] [--workdir DIR] [--tls] [--report-path PATH] [--kind KIND]`: run
+the attacks, print the table, exit 1 when any target was missed (or a scenario crashed). `--tls` runs the
 scenarios that have a TLS variant (TLS_SCENARIOS) against the daemon's HTTPS listener instead.
-`--report-path /check` sends the report scenarios' reports to v3's endpoint instead of v2's."""
+`--report-path /check` sends the report scenarios' reports to v3's endpoint instead of v2's.
+`--kind healthcheck` makes the genuine checks HealthChecks (Kuberhealthy v3's kind) in the scenarios that
+have such a variant (KIND_SCENARIOS); their reports go to `/check`, and so do the attackers' unless
+`--report-path` says otherwise."""
 from __future__ import annotations
 
 import argparse
@@ -19,6 +22,7 @@ from testbed.cluster.crds import install_crds
 
 SCENARIOS = ["slow", "flood", "crosssite", "squat", "events"]
 TLS_SCENARIOS = ["slow"]  # those whose run() takes tls=True
+KIND_SCENARIOS = ["slow", "flood", "crosssite"]  # those whose checks follow target.kind()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,15 +31,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workdir", type=Path, default=None, help="where logs go (default: a new temp dir)")
     ap.add_argument("--tls", action="store_true",
                     help=f"attack the daemon's HTTPS listener (scenarios: {', '.join(TLS_SCENARIOS)})")
-    ap.add_argument("--report-path", choices=REPORT_PATHS, default=REPORT_PATH,
-                    help="the report endpoint the report scenarios attack (flood; slow's stalled bodies)")
+    ap.add_argument("--report-path", choices=REPORT_PATHS, default=None,
+                    help="the report endpoint the report scenarios attack (flood; slow's stalled bodies); default "
+                         f"{REPORT_PATH}, or {target.V3_REPORT_PATH} with --kind {target.HEALTHCHECK}")
+    ap.add_argument("--kind", choices=target.CHECK_KINDS, default=target.KHCHECK,
+                    help=f"the kind of the genuine checks (scenarios: {', '.join(KIND_SCENARIOS)})")
     args = ap.parse_args(argv)
-    target.choose(args.report_path)
+    target.choose_kind(args.kind)
+    hc = args.kind == target.HEALTHCHECK
+    target.choose(args.report_path or (target.V3_REPORT_PATH if hc else REPORT_PATH))
     if args.tls and set(args.scenario or []) - set(TLS_SCENARIOS):
         ap.error(f"--tls: only {', '.join(TLS_SCENARIOS)} have a TLS variant")
+    if hc and set(args.scenario or []) - set(KIND_SCENARIOS):
+        ap.error(f"--kind {args.kind}: only {', '.join(KIND_SCENARIOS)} have a HealthCheck variant")
     root = args.workdir or Path(tempfile.mkdtemp(prefix="kh-attack-"))
     root.mkdir(parents=True, exist_ok=True)
     names = args.scenario or (TLS_SCENARIOS if args.tls else SCENARIOS)
+    if hc:
+        names = [n for n in names if n in KIND_SCENARIOS]
     cluster = start_cluster(workdir=root / "testbed")
     install_crds(cluster)
     rows: list[Row] = []

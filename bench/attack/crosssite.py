@@ -19,11 +19,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.attack import target
 from bench.attack.table import Row
+from bench.attack.target import check_path, create_check
 from kuberhealthy.outputs.events import COUNT_EVERY
 from testbed.clients.rawhttp import Answer, request
 from testbed.cluster.apiserver import TestCluster
-from testbed.cluster.builders import khc, khcheck
 from testbed.cluster.crds import install_crds
 from testbed.cluster.objects import create_namespace
 from testbed.daemons.process import DaemonProcess
@@ -53,13 +54,18 @@ ODD_QUERIES = ["since=x.%C2%B2.y", "namespace=%C2%B2", "namespace=%ff%fe", "name
                "q=%00&ns=%ff&state=%C2%B2", "format=%00", "v=%ff", "%ff=%ff", "since", "&&=&", "x=" + "9" * 5000]
 
 
+def _name() -> str:
+    """The scenario's name in the table (with the kind of its check when it is not khchecks)."""
+    return target.label(SCENARIO)
+
+
 def _events(cluster: TestCluster, ns: str) -> int:
     items = cluster.request("GET", f"/api/v1/namespaces/{ns}/events")["items"]
     return sum(int(e.get("count") or 1) for e in items if e["reason"] == "CheckRunRequested")
 
 
 def _annotated(cluster: TestCluster, ns: str) -> bool:
-    return ANNOTATION in (cluster.request("GET", khc(ns, CHECK))["metadata"].get("annotations") or {})
+    return ANNOTATION in (cluster.request("GET", check_path(ns, CHECK))["metadata"].get("annotations") or {})
 
 
 def _finished(daemon: DaemonProcess, ns: str) -> int:
@@ -67,7 +73,8 @@ def _finished(daemon: DaemonProcess, ns: str) -> int:
     answer = request(daemon, "GET", f"/api/checks/{ns}/{CHECK}", timeout=10)
     if answer.status != 200:
         return -1
-    (entry,) = [e for e in json.loads(answer.text)["checks"] if e["kind"] == "check"]
+    kind = "check" if target.kind() == target.KHCHECK else target.HEALTHCHECK  # /api/checks' name of the kind
+    (entry,) = [e for e in json.loads(answer.text)["checks"] if e["kind"] == kind]
     return -1 if entry["currentRun"] is not None else int(entry["successCount"]) + int(entry["failureCount"])
 
 
@@ -82,11 +89,11 @@ def _hostile(cluster: TestCluster, daemon: DaemonProcess, ns: str, own: str) -> 
         if "Origin = Host" in label:
             sent["Origin"] = own
         answer = _run(daemon, ns, sent, body)
-        rows.append(Row(SCENARIO, f"run-now: {label}", f"{answer.status} {answer.text.strip()[:60]}", None, "-",
+        rows.append(Row(_name(), f"run-now: {label}", f"{answer.status} {answer.text.strip()[:60]}", None, "-",
                         "403", answer.status == 403))
     time.sleep(1.0)  # the Event recorder sends in the background: give a wrongly raised Event time to land
     annotated, events = _annotated(cluster, ns), _events(cluster, ns)
-    rows.append(Row(SCENARIO, f"after {len(HOSTILE)} hostile run requests",
+    rows.append(Row(_name(), f"after {len(HOSTILE)} hostile run requests",
                     f"annotation {'set' if annotated else 'absent'}, {events} CheckRunRequested Event(s)", None, "-",
                     "no annotation, no Event", not annotated and events == 0))
     return rows
@@ -113,7 +120,7 @@ def _genuine(cluster: TestCluster, daemon: DaemonProcess, ns: str, own: str) -> 
         before = _finished(daemon, ns)
         answer = _run(daemon, ns, headers)
         ran = answer.status == 202 and _ran(cluster, daemon, ns, before)
-        rows.append(Row(SCENARIO, f"run-now: {label}", f"{answer.status}{', ran' if ran else ''}", None, "-",
+        rows.append(Row(_name(), f"run-now: {label}", f"{answer.status}{', ran' if ran else ''}", None, "-",
                         "202 and a run", answer.status == 202 and ran))
     try:  # repeats of one Event are counted onto it at most once every COUNT_EVERY seconds
         wait_for(lambda: _events(cluster, ns) >= len(cases), COUNT_EVERY + 30, interval=1.0,
@@ -121,7 +128,7 @@ def _genuine(cluster: TestCluster, daemon: DaemonProcess, ns: str, own: str) -> 
     except AssertionError:  # timed out: the row says how many there were
         pass
     events = _events(cluster, ns)
-    rows.append(Row(SCENARIO, "CheckRunRequested Events after the genuine requests", str(events), None, "-",
+    rows.append(Row(_name(), "CheckRunRequested Events after the genuine requests", str(events), None, "-",
                     str(len(cases)), events == len(cases)))
     return rows
 
@@ -136,7 +143,7 @@ def _odd(daemon: DaemonProcess, ns: str) -> list[Row]:
     codes: collections.Counter[int] = collections.Counter()
     for token in ODD_SINCE:
         codes[request(daemon, "GET", f"/dashboard/live?since={token}", timeout=10).status] += 1
-    rows.append(Row(SCENARIO, f"/dashboard/live with {len(ODD_SINCE)} malformed since tokens",
+    rows.append(Row(_name(), f"/dashboard/live with {len(ODD_SINCE)} malformed since tokens",
                     ", ".join(f"{n}x{c}" for c, n in sorted(codes.items())), None, "-", "400 each",
                     set(codes) == {400}))
     codes.clear()
@@ -149,11 +156,11 @@ def _odd(daemon: DaemonProcess, ns: str) -> list[Row]:
     codes[request(daemon, "GET", "/metrics", headers={"Accept": "application/openmetrics-text;version=\u00b2"}
                   ).status] += 1
     total = sum(codes.values())
-    rows.append(Row(SCENARIO, f"{len(paths)} GET endpoints x {len(ODD_QUERIES)} odd query strings (+2 odd Accept)",
+    rows.append(Row(_name(), f"{len(paths)} GET endpoints x {len(ODD_QUERIES)} odd query strings (+2 odd Accept)",
                     f"{total} answers: " + ", ".join(f"{n}x{c}" for c, n in sorted(codes.items())), None, "-",
                     "never 5xx", all(c < 500 for c in codes)))
     tracebacks = daemon.log().count("Traceback")
-    rows.append(Row(SCENARIO, "the daemon's log after all of it", f"{tracebacks} traceback(s)", None, "-",
+    rows.append(Row(_name(), "the daemon's log after all of it", f"{tracebacks} traceback(s)", None, "-",
                     "no traceback", tracebacks == 0))
     return rows
 
@@ -162,7 +169,7 @@ def run(cluster: TestCluster, workdir: Path) -> list[Row]:
     workdir.mkdir(parents=True, exist_ok=True)
     install_crds(cluster)
     ns = create_namespace(cluster, "attack-xs")
-    cluster.request("POST", khc(ns), khcheck(CHECK, interval="1h", timeout="30s"))
+    create_check(cluster, ns, CHECK, interval="1h", timeout="30s")
     kubelet = SimKubelet(str(cluster.kubeconfig), nodes=1, namespace=ns).start()
     daemon = DaemonProcess(cluster, workdir, "kh-attack-xs", ns, {
         "targetNamespace": ns, "enableForceMaster": True, "trustedOrigins": [TRUSTED],

@@ -30,14 +30,12 @@ from typing import Any
 
 from bench.attack.bed import daemon_bed, daemon_requests
 from bench.attack.table import Row, ms
-from bench.attack.target import label, report_path
+from bench.attack.target import create_check, label, report_path, state_spec
 from kuberhealthy.checkclient import RUN_UUID_HEADER
-from kuberhealthy.kube import KHCHECKS
 from testbed.clients.forgery import forged_token
 from testbed.clients.rawhttp import request
 from testbed.cluster.apiserver import TestCluster
-from testbed.cluster.builders import khcheck, pods_path
-from testbed.cluster.objects import state_spec
+from testbed.cluster.builders import pods_path
 from testbed.sim.kubelet import SimKubelet
 from testbed.sim.records import Outcome
 from testbed.stats import percentile
@@ -146,7 +144,7 @@ class Forger:
 
 
 def _watch_failures(cluster: TestCluster, ns: str, stop: threading.Event, seen: dict[str, str]) -> None:
-    """Polls every check's khstate: a recorded failure is a genuine run that false-failed."""
+    """Polls every check's state: a recorded failure is a genuine run that false-failed."""
     while not stop.wait(0.5):
         for check in [*CHECKS, *TOKEN_CHECKS]:
             spec = state_spec(cluster, ns, check)
@@ -157,7 +155,7 @@ def _watch_failures(cluster: TestCluster, ns: str, stop: threading.Event, seen: 
 def run(cluster: TestCluster, workdir: Path) -> list[Row]:
     with daemon_bed(cluster, workdir, "flood") as (ns, sim, daemon):
         for name, env in CHECKS.items():
-            cluster.request("POST", KHCHECKS.path(ns), khcheck(name, "kh-sim/ok", "2s", timeout="30s", env=env))
+            create_check(cluster, ns, name, "kh-sim/ok", "2s", timeout="30s", env=env)
         daemon.start().wait_serving()
         wait_for(lambda: all(state_spec(cluster, ns, c).get("OK") is True for c in CHECKS), 60,
                  what="a first good run of every check")
@@ -178,7 +176,7 @@ def run(cluster: TestCluster, workdir: Path) -> list[Row]:
         rows = [_genuine(sim, before, began, lasted, flood, failed, FAKES),
                 _cost(baseline, during, lasted, flood, "API requests caused by the flood (audit log - baseline)")]
         for name, env in TOKEN_CHECKS.items():
-            cluster.request("POST", KHCHECKS.path(ns), khcheck(name, "kh-sim/ok", "2s", timeout="30s", env=env))
+            create_check(cluster, ns, name, "kh-sim/ok", "2s", timeout="30s", env=env)
         wait_for(lambda: all(state_spec(cluster, ns, c).get("OK") is True for c in TOKEN_CHECKS), 60,
                  what="a first good run of every token check")
         offset = cluster.audit_offset()

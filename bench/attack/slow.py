@@ -33,15 +33,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.attack.table import Row, ms
-from bench.attack.target import label, report_path
+from bench.attack.target import create_check, label, report_path, state_spec
 from kuberhealthy.base.threads import BackgroundThread
-from kuberhealthy.kube import KHCHECKS
 from testbed.clients.tlscert import client_context, client_hello, self_signed
 from testbed.cluster.apiserver import TestCluster
-from testbed.cluster.builders import khcheck
 from testbed.cluster.crds import install_crds
 from testbed.cluster.loopback import free_port
-from testbed.cluster.objects import create_namespace, state_spec
+from testbed.cluster.objects import create_namespace
 from testbed.daemons.process import DaemonProcess
 from testbed.sim.kubelet import SimKubelet
 from testbed.sim.records import Outcome
@@ -192,7 +190,7 @@ class Prober(BackgroundThread):
 
 
 def _false_fails(cluster: TestCluster, ns: str, stop: threading.Event, seen: list[str]) -> None:
-    """Polls the check's khstate: any recorded failure is a genuine run that false-failed."""
+    """Polls the check's state: any recorded failure is a genuine run that false-failed."""
     uuids: set[str] = set()
     while not stop.wait(0.5):
         spec = state_spec(cluster, ns, CHECK)
@@ -271,7 +269,7 @@ def run(cluster: TestCluster, workdir: Path, tls: bool = False) -> list[Row]:
     target = (_Target(int(str(settings["listenAddressTLS"]).rpartition(":")[2]), client_context(cert)) if tls
               else _Target(daemon.port))
     try:
-        cluster.request("POST", KHCHECKS.path(ns), khcheck(CHECK, "kh-sim/ok", "2s", timeout="30s"))
+        create_check(cluster, ns, CHECK, "kh-sim/ok", "2s", timeout="30s")
         daemon.start().wait_serving()
         wait_for(lambda: state_spec(cluster, ns, CHECK).get("OK") is True, 60, what="a first good run")
         rows = []

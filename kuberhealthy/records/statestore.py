@@ -85,18 +85,19 @@ class HealthCheckStore:
 
         def on_status(hc: Obj | None) -> Obj | None:
             wanted.clear()
+            # view() builds a new object (its history list is the private copy's `hc` has): mutate may change it
             before = hcstate.view(hc) if hc is not None else None
-            after = mutate(json_copy(before) if before is not None else None)
+            run_before = _run_of(before)
+            after = mutate(before)
             if after is None:
                 return None
             if hc is None:
                 raise NotFound(f"healthchecks {namespace}/{name} not found")
             wanted.append(after)
-            if self.pruned and _claims_new_run(before, after):
+            if self.pruned and _run_of(after) != run_before:  # a new run's claim
                 self._write_binding(api, namespace, name, after, bounds)
-            out = json_copy(hc)
-            out["status"] = hcstate.status_of(after, hc.get("status"))
-            return out
+            # a shallow copy: only the status is new, and nothing here changes the rest (the request's body)
+            return {**hc, "status": hcstate.status_of(after, hc.get("status"))}
 
         written = api.update_with_retry(HEALTHCHECKS.status(), namespace, name, on_status,
                                         hint=self._hint(namespace, name, hint), bounds=bounds)
@@ -146,10 +147,9 @@ class HealthCheckStore:
         return api.update_with_retry(HEALTHCHECKS, namespace, name, on_meta, bounds=bounds)
 
 
-def _claims_new_run(before: Obj | None, after: Obj) -> bool:
-    def uuid(state: Obj | None) -> str:
-        return str(((state or {}).get("spec") or {}).get("uuid") or "")
-    return uuid(after) != uuid(before)
+def _run_of(state: Obj | None) -> str:
+    """The run a khstate-shaped state names."""
+    return str(((state or {}).get("spec") or {}).get("uuid") or "")
 
 
 def _binding_differs(hc: Obj, state: Obj) -> bool:

@@ -56,6 +56,11 @@ rules:
   resources:
   - group: comcast.github.io
     resources: ["khstates"]
+- level: Request
+  verbs: ["create", "update", "patch"]
+  resources:
+  - group: kuberhealthy.github.io
+    resources: ["healthchecks", "healthchecks/status"]
 - level: Metadata
 """
 

@@ -5,6 +5,9 @@ claim, create the checker pod, the pod Running, the report stored, the pod Succe
 Two kinds of run, each with its own budget, so that extra work on either path is not diluted by the other:
   stored  the report is stored as the report handler stores it (testbed.fakes.report)
   posted  the checker POSTs its report to /externalCheckStatus of the daemon's Flask app (test client)
+and the same two of a HealthCheck (Kuberhealthy v3's kind: its state is its status, its reports go to
+/check), `hc-stored` and `hc-posted`, so that a HealthCheck run is held to its own count and can be set
+beside a khcheck run's (`--kinds` prints the two side by side).
 The app is built over the same caches in both, as in the daemon: its listeners see every watch event.
 The test acts only while the run waits (testbed.fakes.workcount.ParkingFlag), so every run takes the same
 steps, whatever the machine: the counts are exact, not sampled.
@@ -19,7 +22,8 @@ creates the khstate) and, between runs, the reaper's removal of the last run's p
 
 The budget is work_budget.json beside this module; over_budget() holds a measurement to it (the one place
 of the rule). Regenerate it from a fresh measurement with `python -m tests.unit.work_budget --write`;
-without --write the measurement is compared and printed. Python calls are counted for the Python that runs
+without --write the measurement is compared and printed; `--write-new` adds the budgets of the kinds of run the
+file lacks and leaves the others as they are. Python calls are counted for the Python that runs
 the tests: a later Python that inlines comprehensions (3.12) counts fewer, which passes.
 """
 from __future__ import annotations
@@ -39,16 +43,20 @@ from typing import TypeVar
 import kuberhealthy
 import testbed
 from kuberhealthy.checkclient import RUN_UUID_HEADER
-from kuberhealthy.kube import KHCHECKS, PODS, Obj
+from kuberhealthy.kube import HEALTHCHECKS, KHCHECKS, PODS, Obj
+from kuberhealthy.records.checkspec import CheckSpec
+from kuberhealthy.records.kinds import KIND_HEALTHCHECK
 from kuberhealthy.run.runner import Outcome, Runner, RunResult
 from kuberhealthy.web import create_app
-from testbed.fakes import FakeServices, FakeStop, check_spec, khcheck, report
+from testbed.fakes import FakeServices, FakeStop, check_spec, healthcheck, khcheck, report
 from testbed.fakes.workcount import CallCounter, ParkingFlag
 
 BUDGET_FILE = Path(__file__).with_name("work_budget.json")
 MARGIN = 1.10  # a count fails above its budget x MARGIN
 REGENERATE = ".venv/bin/python -m tests.unit.work_budget --write"
-RUNS = {"stored": 20, "posted": 20}  # counted runs of each kind
+RUNS = {"stored": 20, "posted": 20, "hc-stored": 20, "hc-posted": 20}  # counted runs of each kind
+HC = "hc-"  # the kinds of run of a HealthCheck: HC + how its report arrives
+REPORT_PATHS = {"": "/externalCheckStatus", HC: "/check"}
 CHECK = check_spec("budget", timeout="60s")
 BETWEEN_RUNS = 60.0  # fake seconds from one run to the next (a run interval)
 OK_REPORT = b'{"OK": true, "Errors": []}'
@@ -70,14 +78,24 @@ class Scene:
         self.kind = kind
         self.services = FakeServices()
         self.client = create_app(self.services, caller_wait=0.0).test_client()
-        self.services.api.put(KHCHECKS, khcheck(CHECK.name, timeout="60s"))
+        self.prefix = HC if kind.startswith(HC) else ""
+        self.way = kind.removeprefix(self.prefix)  # "stored" or "posted"
+        if self.prefix:
+            hc_kind = self.services.kinds.named(KIND_HEALTHCHECK)
+            assert hc_kind is not None
+            self.check: CheckSpec = hc_kind.parse(self.services.api.put(HEALTHCHECKS,
+                                                                        healthcheck(CHECK.name, timeout="60s")))
+        else:
+            self.services.api.put(KHCHECKS, khcheck(CHECK.name, timeout="60s"))
+            self.check = CHECK
         if tamper is not None:
             tamper(self.services)
 
     def run(self) -> RunResult:
         """One run, on its own thread, to the end; the pod, the checker and the kubelet are played here."""
         services = self.services
-        runner = Runner(services, CHECK, FakeStop(services.clock), clock=services.clock, wall=services.clock.wall)
+        runner = Runner(services, self.check, FakeStop(services.clock), clock=services.clock,
+                        wall=services.clock.wall)
         flag = ParkingFlag()
         if not isinstance(getattr(runner._waiter, "_flag", None), threading.Event):
             raise AssertionError("Runner._waiter._flag is gone: make Scene.run find the run's wake-up flag again")
@@ -114,10 +132,10 @@ class Scene:
         _step(flag, "the pod Succeeded", lambda: self.services.kubelet.finish(running))
 
     def _report(self, pod: Obj, run_uuid: str) -> None:
-        if self.kind == "stored":
+        if self.way == "stored":
             report(self.services, pod)
             return
-        answer = self.client.post("/externalCheckStatus", data=OK_REPORT, content_type="application/json",
+        answer = self.client.post(REPORT_PATHS[self.prefix], data=OK_REPORT, content_type="application/json",
                                   headers={RUN_UUID_HEADER: run_uuid},
                                   environ_base={"REMOTE_ADDR": pod["status"]["podIP"]})
         if answer.status_code != 200:
@@ -158,7 +176,7 @@ def measure(runs: Mapping[str, int] = RUNS, tamper: Tamper | None = None) -> Per
     with _quiet():
         for kind, n in runs.items():
             scene = Scene(kind, tamper)
-            scene.between_runs(scene.run())  # the khstate created, first-time work done: not counted
+            scene.between_runs(scene.run())  # the state created, first-time work done: not counted
             api, counter, counts = scene.services.api, CallCounter(PRODUCT_DIR, SCENE_DIRS), Counter[str]()
             for _ in range(n):
                 calls, events = len(api.calls), scene.events()
@@ -203,6 +221,21 @@ def load_budget(path: Path = BUDGET_FILE) -> PerRun:
     return per_run
 
 
+def add_new(measured: PerRun, budget: PerRun) -> PerRun:
+    """The budget with the measured counts of the kinds of run it lacks added; its own kinds unchanged."""
+    return {**{k: v for k, v in measured.items() if k not in budget}, **budget}
+
+
+def kinds_side_by_side(measured: PerRun) -> str:
+    """A khcheck run's counts beside a HealthCheck run's, for each way a report arrives."""
+    rows = [f"{'count per run':32} {'khcheck':>10} {'HealthCheck':>12}  (report)"]
+    for way in ("stored", "posted"):
+        kh, hc = measured.get(way, {}), measured.get(HC + way, {})
+        rows += [f"{name:32} {_num(kh.get(name, 0.0)):>10} {_num(hc.get(name, 0.0)):>12}  ({way})"
+                 for name in sorted(set(kh) | set(hc))]
+    return "\n".join(rows)
+
+
 def write_budget(measured: PerRun, path: Path = BUDGET_FILE) -> None:
     body = {"rule": f"tests/unit/test_work_budget.py fails when a count per run exceeds its budget x {MARGIN}; "
                     f"regenerate with `{REGENERATE}` (make work-budget); lowering a count is welcome",
@@ -211,21 +244,26 @@ def write_budget(measured: PerRun, path: Path = BUDGET_FILE) -> None:
 
 
 def _table(measured: PerRun, budget: PerRun) -> str:
-    rows = [f"{kind:7} {name:28} {_num(value):>10} {_num(budget.get(kind, {}).get(name, 0.0)):>10}"
+    rows = [f"{kind:9} {name:32} {_num(value):>10} {_num(budget.get(kind, {}).get(name, 0.0)):>10}"
             for kind, counts in measured.items() for name, value in counts.items()]
-    return "\n".join([f"{'runs':7} {'count per run':28} {'measured':>10} {'budget':>10}", *rows])
+    return "\n".join([f"{'runs':9} {'count per run':32} {'measured':>10} {'budget':>10}", *rows])
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Measure the work per check run over the fakes; compare it with "
                                              f"{BUDGET_FILE.name}, or rewrite that file (--write).")
     ap.add_argument("--write", action="store_true", help=f"rewrite {BUDGET_FILE.name} from this measurement")
+    ap.add_argument("--write-new", action="store_true",
+                    help=f"add to {BUDGET_FILE.name} the kinds of run it lacks; keep the others' budgets")
+    ap.add_argument("--kinds", action="store_true", help="also print a khcheck run beside a HealthCheck run")
     args = ap.parse_args(argv)
     measured = measure()
     budget = load_budget() if BUDGET_FILE.exists() else {}
     print(_table(measured, budget))
-    if args.write:
-        write_budget(measured)
+    if args.kinds:
+        print(kinds_side_by_side(measured))
+    if args.write or args.write_new:
+        write_budget(add_new(measured, budget) if args.write_new else measured)
         print(f"wrote {BUDGET_FILE}")
         return 0
     lines = over_budget(measured, budget)
