@@ -12,10 +12,12 @@ It imports nothing of `kuberhealthy` (the tests are black-box) and does not star
 """
 from __future__ import annotations
 
+import base64
 import copy
 import json
 import os
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -41,6 +43,8 @@ if TYPE_CHECKING:
 RELEASE = "kh"
 API_TIMEOUT = 60.0
 CHECK_GROUP = "comcast.github.io/v1"
+HC_GROUP = "kuberhealthy.github.io/v2"  # Kuberhealthy v3's HealthCheck
+HC_LABEL = "healthcheck"  # v3's label on a HealthCheck's checker pods: the check's name
 
 
 def poll(fn: Callable[[], Any], timeout: float, what: str, interval: float = 1.0) -> Any:
@@ -246,6 +250,83 @@ class E2E:
             return st
         result: dict[str, Any] = poll(done, timeout, f"khstate {name} OK={ok}")
         return result
+
+    # --- HealthChecks (Kuberhealthy v3's kind) --------------------------------------------------------
+
+    @property
+    def v3_reporting_url(self) -> str:
+        """Where a HealthCheck's pods report: the v2 URL with its last segment replaced by `check`."""
+        return f"http://{self.service_host}/check"
+
+    def healthcheck(self, name: str, pod_spec: dict[str, Any], namespace: str | None = None,
+                    run_interval: str = "30s", timeout: str = "1m", **spec: Any) -> dict[str, Any]:
+        """A HealthCheck: `podSpec.spec` is `pod_spec`; `spec` adds or overrides fields (singleRunOnly, ...)."""
+        return {"apiVersion": HC_GROUP, "kind": "HealthCheck",
+                "metadata": {"name": name, "namespace": namespace or self.checks_namespace},
+                "spec": {"runInterval": run_interval, "timeout": timeout, "podSpec": {"spec": pod_spec}, **spec}}
+
+    def hc_status(self, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+        """A HealthCheck's status ({} before its first write); None when the HealthCheck is not there."""
+        found = self.get("healthcheck", name, namespace or self.checks_namespace)
+        return None if found is None else dict(found.get("status") or {})
+
+    def hc_pods(self, name: str, namespace: str | None = None) -> list[dict[str, Any]]:
+        """The pods labelled `healthcheck=<name>` (v3's label: ours and any upstream v3 left)."""
+        return self.items("pods", namespace or self.checks_namespace, f"{HC_LABEL}={name}")
+
+    def wait_for_hc(self, name: str, ok: bool = True, namespace: str | None = None, *, min_success: int = 1,
+                    after_unix: int = 0, timeout: float = 150.0) -> dict[str, Any]:
+        """The HealthCheck's status once a run recorded `ok`, with `successCount` (ok) or `failureCount`
+        (not ok) at least `min_success` and `lastRunUnix` later than `after_unix`."""
+        def done() -> dict[str, Any] | None:
+            st = self.hc_status(name, namespace)
+            if not st or st.get("ok") is not ok or int(st.get("lastRunUnix") or 0) <= after_unix:
+                return None
+            return st if int(st.get("successCount" if ok else "failureCount") or 0) >= min_success else None
+        result: dict[str, Any] = poll(done, timeout, f"HealthCheck {name} ok={ok}, {min_success} run(s)")
+        return result
+
+    def api(self, method: str, path: str, body: Any = None, timeout: float = 30.0) -> requests.Response:
+        """One request straight to the API server as the kubeconfig's user: what kubectl 1.20 cannot do
+        (write a status subresource). Token, client certificate or both; the cluster's CA or none."""
+        config = yaml.safe_load(self.kubeconfig.read_text())
+        current = config.get("current-context")
+        context = next((c["context"] for c in config.get("contexts") or [] if c["name"] == current),
+                       (config.get("contexts") or [{}])[0].get("context") or {})
+        cluster = next(c["cluster"] for c in config["clusters"] if c["name"] == context.get("cluster",
+                                                                                           config["clusters"][0]["name"]))
+        users = config.get("users") or []
+        user = next((u.get("user") or {} for u in users if u["name"] == context.get("user")),
+                    users[0].get("user") or {} if users else {})
+        with tempfile.TemporaryDirectory(prefix="kh-e2e-api-") as tmp:
+            def file_of(key: str) -> str | None:
+                for where in (user, cluster):
+                    if where.get(f"{key}-data"):
+                        out = Path(tmp) / key
+                        out.write_bytes(base64.b64decode(where[f"{key}-data"]))
+                        return str(out)
+                    if where.get(key):
+                        return str(where[key])
+                return None
+            headers = {"Accept": "application/json"}
+            token = user.get("token") or (Path(user["tokenFile"]).read_text().strip() if user.get("tokenFile") else "")
+            if token:
+                headers["Authorization"] = f"Bearer {token}"
+            cert, key = file_of("client-certificate"), file_of("client-key")
+            ca = file_of("certificate-authority")
+            verify: bool | str = False if cluster.get("insecure-skip-tls-verify") else (ca or True)
+            return requests.request(method, f"{cluster['server'].rstrip('/')}{path}", headers=headers, timeout=timeout,
+                                    json=body, verify=verify, cert=(cert, key) if cert and key else None)
+
+    def put_status(self, obj: dict[str, Any], status: dict[str, Any]) -> dict[str, Any]:
+        """Replace a HealthCheck's status (its status subresource), as a controller writes it."""
+        meta = obj["metadata"]
+        body = copy.deepcopy(obj)
+        body["status"] = status
+        resp = self.api("PUT", f"/apis/{HC_GROUP}/namespaces/{meta['namespace']}/healthchecks/{meta['name']}/status",
+                        body)
+        assert resp.ok, (resp.status_code, resp.text)
+        return dict(resp.json())
 
 
 def _ready(pod: dict[str, Any]) -> bool:

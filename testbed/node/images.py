@@ -7,7 +7,9 @@ examples/checks (their Dockerfiles take `BASE_IMAGE` like the daemon's; each bui
 directory, with the checker client's wheel, built here from clients/python, in wheels/), a shell checker that reports
 with the checkclient command line (tests/e2e/images/shell-check) and a v2-style checker that POSTs
 with curl and no `kh-run-uuid` header (tests/e2e/images/curl-check, on a second Debian-made base with
-curl). Each is saved with `podman save` for `RealNode.import_image`.
+curl) and a checker on a v3-style client (tests/e2e/images/v3-check: it refuses a reporting URL whose
+path is not /check, then POSTs with curl; same base). Each is saved with `podman save` for
+`RealNode.import_image`.
 
 The build contexts are assembled in a temporary directory with only the files each Dockerfile copies:
 the repository's .dockerignore is an allow-list for the daemon's build and would hide examples/.
@@ -201,13 +203,15 @@ def build_all(out_dir: Path, log: Path) -> Built:
         b.build(f"{PREFIX}/shell-check:{TAG}", shell, shell / "Dockerfile", python_base)
         curl = _context_for_test_image("curl-check", Path(tmp))
         b.build(f"{PREFIX}/curl-check:{TAG}", curl, curl / "Dockerfile", curl_base)
+        v3 = _context_for_test_image("v3-check", Path(tmp))
+        b.build(f"{PREFIX}/v3-check:{TAG}", v3, v3 / "Dockerfile", curl_base)
     step("checkers", t)
 
     t = time.monotonic()
     # The daemon's two tags share one tarball (and every layer).
     built.tars[daemon] = built.tars[f"{DAEMON}:{DAEMON_NEXT_TAG}"] = b.save(daemon, f"{DAEMON}:{DAEMON_NEXT_TAG}")
     for name in [*(f"{PREFIX}/{n}:{TAG}" for n in example_names()), f"{PREFIX}/shell-check:{TAG}",
-                 f"{PREFIX}/curl-check:{TAG}"]:
+                 f"{PREFIX}/curl-check:{TAG}", f"{PREFIX}/v3-check:{TAG}"]:
         built.tars[name] = b.save(name)
     step("save", t)
     return built
