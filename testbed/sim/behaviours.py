@@ -1,7 +1,9 @@
-"""Which checker behaviour a pod gets (chosen by its first container's image) and its knobs.
+"""Which checker behaviour a pod gets (chosen by its checker container's image) and its knobs.
 
-This module is pure: it reads pod dicts and returns plans. The kubelet and the pod driver act on them.
-The table lives in testbed/sim/README.md; keep both in step.
+The checker container is the pod's first container whose image is not `kh-sim/sidecar` (a sidecar: it
+runs beside the checker and never exits by itself; an init container with that image is a native
+sidecar). This module is pure: it reads pod dicts and returns plans. The kubelet and the pod driver act
+on them. The table lives in testbed/sim/README.md; keep both in step.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 IMAGE_PREFIX = "kh-sim/"
+SIDECAR = "sidecar"  # kh-sim/sidecar: a sidecar container (in containers) or a native sidecar (in initContainers)
 DEFAULT_ERROR = "simulated check failure"
 # How long an unknown image shows ErrImagePull before it turns into ImagePullBackOff.
 PULL_BACKOFF_AFTER = 1.0
@@ -27,6 +30,11 @@ TOKEN_NONE, TOKEN_FILE, TOKEN_GARBAGE, TOKEN_WRONG_AUDIENCE, TOKEN_EXPIRED = (
 TOKEN_MODES = (TOKEN_NONE, TOKEN_FILE, TOKEN_GARBAGE, TOKEN_WRONG_AUDIENCE, TOKEN_EXPIRED)
 # SIM_REPORT_FROM: the source address of a report, besides a literal IPv4 loopback address.
 FROM_POD, FROM_NODE = "pod", "node"
+# SIM_DISRUPT: how the cluster disrupts the pod SIM_DISRUPT_AFTER seconds after it runs (disrupt.py).
+DISRUPT_EVICTION, DISRUPT_PREEMPTION, DISRUPT_TAINT, DISRUPT_PRESSURE, DISRUPT_SHUTDOWN = (
+    "eviction", "preemption", "taint", "pressure", "shutdown")
+DISRUPT_MODES = ("", DISRUPT_EVICTION, DISRUPT_PREEMPTION, DISRUPT_TAINT, DISRUPT_PRESSURE, DISRUPT_SHUTDOWN)
+DISRUPT_AFTER = 0.5  # SIM_DISRUPT_AFTER's default
 
 
 class Behaviour(enum.Enum):
@@ -42,8 +50,8 @@ class Behaviour(enum.Enum):
     PULL_ERROR = "pull-error"  # any image that is not one of the above
 
 
-def behaviour_for_image(image: str) -> Behaviour:
-    """`kh-sim/<name>` (optionally `registry/...`, `:tag` or `@digest`) → its behaviour."""
+def sim_image_name(image: str) -> str | None:
+    """`kh-sim/<name>` (optionally `registry/...`, `:tag` or `@digest`) → `<name>`; None for other images."""
     ref = image.split("@", 1)[0]
     slash = ref.rfind("/")
     colon = ref.rfind(":")
@@ -51,8 +59,17 @@ def behaviour_for_image(image: str) -> Behaviour:
         ref = ref[:colon]
     idx = ref.rfind(IMAGE_PREFIX)
     if idx < 0 or (idx > 0 and ref[idx - 1] != "/"):
-        return Behaviour.PULL_ERROR
-    name = ref[idx + len(IMAGE_PREFIX):]
+        return None
+    return ref[idx + len(IMAGE_PREFIX):]
+
+
+def is_sidecar_image(image: object) -> bool:
+    return sim_image_name(str(image or "")) == SIDECAR
+
+
+def behaviour_for_image(image: str) -> Behaviour:
+    """`kh-sim/<name>` → its behaviour; anything else (kh-sim/sidecar included) is a pull error."""
+    name = sim_image_name(image)
     for b in Behaviour:
         if b is not Behaviour.PULL_ERROR and b.value == name:
             return b
@@ -73,7 +90,7 @@ def _float(env: Mapping[str, str], key: str, default: float) -> float:
 
 @dataclass(frozen=True)
 class Settings:
-    """The SIM_* knobs of one pod, read from its first container's env."""
+    """The SIM_* knobs of one pod, read from its checker container's env."""
 
     delay: float  # SIM_DELAY seconds before the main action (report / exit); slow defaults to 1
     errors: tuple[str, ...]  # SIM_ERRORS, |-separated, for kh-sim/fail
@@ -85,6 +102,8 @@ class Settings:
     report_from: str = FROM_POD  # SIM_REPORT_FROM: pod, node, or an IPv4 loopback address
     log: tuple[str, ...] | None = None  # SIM_LOG lines: the checker prints exactly these (logs.py)
     log_lines: int = 0  # SIM_LOG_LINES: filler lines printed first, for checkers that print a lot
+    disrupt: str = ""  # SIM_DISRUPT: one of DISRUPT_MODES ("": never disrupted)
+    disrupt_after: float = DISRUPT_AFTER  # SIM_DISRUPT_AFTER: seconds after Running
 
     @classmethod
     def from_env(cls, env: Mapping[str, str], behaviour: Behaviour) -> Settings:
@@ -101,6 +120,8 @@ class Settings:
             report_from=_source(env),
             log=_log_lines(env.get("SIM_LOG")),
             log_lines=int(_float(env, "SIM_LOG_LINES", 0.0)),
+            disrupt=_choice(env, "SIM_DISRUPT", DISRUPT_MODES),
+            disrupt_after=_float(env, "SIM_DISRUPT_AFTER", DISRUPT_AFTER),
         )
 
 
@@ -133,9 +154,23 @@ def _source(env: Mapping[str, str]) -> str:
     return str(ip)
 
 
-def first_container(pod: Mapping[str, Any]) -> dict[str, Any]:
-    containers = (pod.get("spec") or {}).get("containers") or [{}]
-    return dict(containers[0])
+def sidecar_exit(container: Mapping[str, Any]) -> int | None:
+    """A sidecar's SIM_SIDECAR_EXIT (a literal env value of its own): the exit code it ends with when it is
+    stopped (SIGTERM); None: the default, 143 (it dies of the signal)."""
+    for item in container.get("env") or []:
+        if isinstance(item, dict) and item.get("name") == "SIM_SIDECAR_EXIT" and "value" in item:
+            try:
+                return int(str(item.get("value")))
+            except ValueError:
+                logger.warning("ignoring SIM_SIDECAR_EXIT=%r: not an integer", item.get("value"))
+    return None
+
+
+def checker_container(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """The container whose image chooses the behaviour and whose env holds the knobs: the first one that
+    is not a `kh-sim/sidecar` (the first one when all are)."""
+    containers = [c for c in (pod.get("spec") or {}).get("containers") or [] if isinstance(c, dict)] or [{}]
+    return dict(next((c for c in containers if not is_sidecar_image(c.get("image"))), containers[0]))
 
 
 def _field_ref(pod: Mapping[str, Any], path: str, pod_ip: str, host_ip: str, node: str) -> str:
@@ -163,9 +198,9 @@ def _field_ref(pod: Mapping[str, Any], path: str, pod_ip: str, host_ip: str, nod
 
 
 def container_env(pod: Mapping[str, Any], pod_ip: str, host_ip: str, node: str) -> dict[str, str]:
-    """The first container's env: literal values and fieldRefs; other valueFrom kinds become ""."""
+    """The checker container's env: literal values and fieldRefs; other valueFrom kinds become ""."""
     env: dict[str, str] = {}
-    for item in first_container(pod).get("env") or []:
+    for item in checker_container(pod).get("env") or []:
         name = item.get("name")
         if not name:
             continue
@@ -179,8 +214,8 @@ def container_env(pod: Mapping[str, Any], pod_ip: str, host_ip: str, node: str) 
 
 
 def exec_argv(pod: Mapping[str, Any]) -> list[str]:
-    """command + args of the first container (there is no image entrypoint to fall back on)."""
-    c = first_container(pod)
+    """command + args of the checker container (there is no image entrypoint to fall back on)."""
+    c = checker_container(pod)
     return [str(a) for a in (c.get("command") or [])] + [str(a) for a in (c.get("args") or [])]
 
 

@@ -9,9 +9,14 @@ API writes (binding, status) are retried like a real kubelet retries them: trans
 5xx with jittered, capped backoff until the pod is cancelled (RawApi.call_until), so an API server that
 restarts, freezes or times out leaves no pod stuck. A 404 (the pod is gone) or another 4xx is final.
 
+Each container has a state of its own (podmodel.py): when the checker exits, a `kh-sim/sidecar`
+container runs on (the pod stays Running until it is deleted), and native sidecars are stopped by the
+kubelet `sidecar_stop_after` later (timings.py), as Kubernetes 1.28+ does.
+
 The kubelet's Timings (timings.py) add a real kubelet's delays: the pod IP on a later sync than the
 first Pending status, Running about a second after creation. The status of a container stopped by
-its pod's deletion (stopped_status) is written by the kubelet's Terminator, not by this thread. A
+its pod's deletion (stopped_status) is written by the kubelet's Terminator, not by this thread; a
+disruption (SIM_DISRUPT) by its Disruptor (disrupt.py), which this thread calls once Running. A
 StartGate (startgate.py), when the kubelet has one, holds the pod ContainerCreating until its turn:
 pods start at most so many per second.
 """
@@ -24,35 +29,34 @@ import signal
 import subprocess
 import threading
 import time
-import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from testbed.cluster.builders import MERGE_PATCH, TOKEN_FILE_ENV
-from testbed.sim import podstatus
+from testbed.cluster.builders import MERGE_PATCH
+from testbed.sim import execproc, podstatus
 from testbed.sim.behaviours import (
     FROM_NODE,
     FROM_POD,
     PULL_BACKOFF_AFTER,
-    TOKEN_EXPIRED,
     TOKEN_FILE,
-    TOKEN_GARBAGE,
     TOKEN_NONE,
-    TOKEN_WRONG_AUDIENCE,
     Behaviour,
     Settings,
+    checker_container,
     container_env,
     exec_argv,
     exec_env,
-    first_container,
 )
 from testbed.sim.logs import Transcript
+from testbed.sim.podmodel import PENDING_WITH_INIT, PodModel
+from testbed.sim.podstatus import TERMINAL
 from testbed.sim.rawapi import RawApi, SimApiError
 from testbed.sim.records import PodRecord
 from testbed.sim.report import InFlight, Report, run_deadline, send_report
 from testbed.sim.startgate import StartGate
-from testbed.sim.timings import Timings
-from testbed.sim.tokens import TokenMinter, expired_copy, map_paths, projections
+from testbed.sim.timings import SIDECAR_STOP_AFTER, Timings
+from testbed.sim.tokens import TokenMinter, map_paths, projections, report_bearer
 
 logger = logging.getLogger(__name__)
 
@@ -74,12 +78,13 @@ class Placement:
 @dataclass(frozen=True)
 class KubeletParts:
     """What every pod's driver borrows from its kubelet: the token minter (None: projected tokens are not
-    minted), the timings (None: everything at once, timings.FAST) and the start gate (None: no queue
-    before Running)."""
+    minted), the timings (None: everything at once, timings.FAST), the start gate (None: no queue
+    before Running) and the disruptor's schedule(driver, mode, after) (None: SIM_DISRUPT is ignored)."""
 
     minter: TokenMinter | None = None
     timings: Timings | None = None
     gate: StartGate | None = None
+    disrupt: Callable[[PodDriver, str, float], None] | None = None
 
 
 class PodDriver:
@@ -91,6 +96,7 @@ class PodDriver:
         self._timings = parts.timings
         self._minter = parts.minter
         self._gate = parts.gate
+        self._disrupt = parts.disrupt
         self._pod = pod
         self.record = record
         self.behaviour = behaviour
@@ -102,10 +108,11 @@ class PodDriver:
         self._cancel = threading.Event()
         self._turn = threading.Event()  # the gate's go-ahead; cancel() sets it too, ending the wait
         self._lock = threading.Lock()
+        self._finishing = False  # the status write that finishes the pod has begun (_finish)
         self._proc: subprocess.Popen[bytes] | None = None
         self._inflight = InFlight()  # the report attempt under way, cut on cancel
         self._out: Transcript | None = None  # what the checker prints, once its container started
-        self._times: tuple[str, str] | None = None  # (startTime, startedAt) once Running was written
+        self.model = PodModel(pod, placement.host_ip)  # the containers' states; every status is built from it
         self._thread = threading.Thread(target=self._run, name=f"sim-pod-{record.key}", daemon=True)
         meta = pod.get("metadata") or {}
         self._path = f"/api/v1/namespaces/{meta.get('namespace')}/pods/{meta.get('name')}"
@@ -138,19 +145,52 @@ class PodDriver:
     def cancelled(self) -> bool:
         return self._cancel.is_set()
 
+    def interrupt(self) -> bool:
+        """Cancel the pod for a disruption, unless the write that finishes it has begun (then False)."""
+        with self._lock:
+            if self._finishing:
+                return False
+            self._cancel.set()
+        self.cancel()
+        return True
+
+    def wait(self, timeout: float) -> bool:
+        """Wait up to `timeout` seconds; True as soon as the pod is cancelled (deleted, the kubelet stops)."""
+        return self._cancel.wait(timeout)
+
     @property
     def pod(self) -> dict[str, Any]:
         """The pod as the kubelet first saw it."""
         return self._pod
 
     def stopped_status(self, exit_code: int) -> dict[str, Any] | None:
-        """The status of its container stopped by the pod's deletion (Failed, `exit_code`), for a pod whose
-        container runs; None for one that never ran or had finished already. Call after cancel()."""
-        if self._times is None or self.record.exited is not None:
+        """The status of its running containers stopped by the pod's deletion (`exit_code`; a sidecar's own
+        SIM_SIDECAR_EXIT), for a pod with a container running; None for one that never ran or had
+        finished already. Call after cancel() and join()."""
+        if not self.model.started or not self.model.running:
             return None
-        start_time, started_at = self._times
-        return podstatus.terminated(self._pod, self.pod_ip, self._host_ip, start_time, started_at=started_at,
-                                    exit_code=exit_code)
+        return self.model.stop_running(exit_code)
+
+    def note_phase(self) -> None:
+        """After a status write: the record follows the model's phase (and, once finished, the exit)."""
+        rec = self.record
+        rec.phase = self.model.phase
+        if self.model.checker_exit is not None:
+            rec.exit_code = self.model.checker_exit
+        if rec.phase in TERMINAL and rec.exited is None:
+            rec.exited = time.monotonic()
+            logger.debug("pod %s finished: %s, checker exit %s", rec.key, rec.phase, rec.exit_code)
+
+    def write_status_until(self, stop: threading.Event, patch: dict[str, Any], what: str) -> bool:
+        """Merge-patch the status after the pod's own thread is over (cancelled): retried until answered or
+        `stop` (the kubelet's) is set. A 404 (the pod is gone) is silent; another failure is recorded."""
+        try:
+            return self._api.call_until(stop, "PATCH", self._path + "/status", patch, content_type=MERGE_PATCH,
+                                        on_retry=self._count_retry) is not None
+        except SimApiError as e:
+            if e.status != 404:
+                self.record.errors.append(f"status write on {what}: {e}")
+            return False
 
     # --- the pod's thread ---------------------------------------------------------------------------
 
@@ -216,23 +256,21 @@ class PodDriver:
         rec.bound = time.monotonic()
         rec.node = self._node
         logger.debug("pod %s bound to %s with IP %s", rec.key, self._node, self.pod_ip)
-        pod, ip, host = self._pod, self.pod_ip, self._host_ip
-        env = container_env(pod, ip, host, self._node)
+        ip, model = self.pod_ip, self.model
+        env = container_env(self._pod, ip, self._host_ip, self._node)
         settings = Settings.from_env(env, self.behaviour)
-        start_time = podstatus.now_rfc3339()
         if self.behaviour is Behaviour.PULL_ERROR:
-            self._image_pull_failure(start_time)
+            self._image_pull_failure()
             return
         ip_after = self._timings.ip_after if self._timings else 0.0
         running_after = self._timings.running_after if self._timings else 0.0
         first_ip = ip if ip_after <= 0 else None  # a real kubelet's first Pending status has no pod IP yet
-        if not self._write_status(podstatus.waiting(pod, first_ip, host, start_time, reason="ContainerCreating")):
+        if not self._write_status(model.pending(first_ip, "ContainerCreating")):
             return
-        rec.waiting_reason = "ContainerCreating"
+        rec.waiting_reason = PENDING_WITH_INIT if model.layout.init else "ContainerCreating"
         env = self._mount_tokens(env)
         if first_ip is None:
-            if self._cancel.wait(ip_after) or not self._write_status(
-                    podstatus.waiting(pod, ip, host, start_time, reason="ContainerCreating")):
+            if self._cancel.wait(ip_after) or not self._write_status(model.pending(ip, "ContainerCreating")):
                 return
         if self._gate is not None and not self._gate.admit(self._turn, self._cancel):
             return  # deleted while it waited for its turn to start
@@ -241,20 +279,39 @@ class PodDriver:
         started_at = podstatus.now_rfc3339()
         self._out = Transcript.begin(rec.log, self.behaviour.value, rec.key, self._node, settings.log,
                                      settings.log_lines, default=self.behaviour is not Behaviour.EXEC)
-        if not self._write_status(podstatus.running(pod, ip, host, start_time, started_at)):
+        if not self._write_status(model.run(started_at)):
             return
-        self._times = (start_time, started_at)
         rec.running, rec.phase, rec.waiting_reason = time.monotonic(), "Running", ""
         logger.debug("pod %s running as %s", rec.key, self.behaviour.value)
+        if settings.disrupt and self._disrupt is not None:
+            self._disrupt(self, settings.disrupt, settings.disrupt_after)
         exit_code = self._behave(env, settings)
-        if exit_code is None or self._cancel.is_set():
+        if exit_code is not None and not self._cancel.is_set():
+            self._checkers_exited(exit_code)
+
+    def _checkers_exited(self, exit_code: int) -> None:
+        """The checker exited: its containers terminated. Without sidecars the pod finishes; a regular
+        sidecar keeps it Running until it is deleted; native sidecars alone are stopped by the kubelet."""
+        rec, model = self.record, self.model
+        reason = "OOMKilled" if self.behaviour is Behaviour.OOM else None
+        finishes = not model.layout.sidecars and not model.layout.natives
+        if (finishes and not self._finish()) or not self._write_status(model.checkers_exit(exit_code, reason)):
             return
-        final = podstatus.terminated(pod, ip, host, start_time, started_at=started_at, exit_code=exit_code,
-                                     reason="OOMKilled" if self.behaviour is Behaviour.OOM else None)
-        if self._write_status(final):
-            rec.exited, rec.exit_code = time.monotonic(), exit_code
-            rec.phase = "Succeeded" if exit_code == 0 else "Failed"
-            logger.debug("pod %s exited with %d", rec.key, exit_code)
+        rec.checkers_exited = time.monotonic()
+        self.note_phase()
+        if finishes or model.layout.sidecars:
+            return  # finished, or a sidecar container runs on until the pod is deleted
+        stop_after = self._timings.sidecar_stop_after if self._timings else SIDECAR_STOP_AFTER
+        if not self._cancel.wait(stop_after) and self._finish() and self._write_status(model.stop_natives()):
+            self.note_phase()
+
+    def _finish(self) -> bool:
+        """Claim the write that finishes the pod; False when it was interrupted (cancelled) first."""
+        with self._lock:
+            if self._cancel.is_set():
+                return False
+            self._finishing = True
+            return True
 
     def _mount_tokens(self, env: dict[str, str]) -> dict[str, str]:
         """Mint the pod's projected ServiceAccount tokens (tokens.py) and map env paths to the files."""
@@ -265,51 +322,23 @@ class PodDriver:
         self.record.errors.extend(errors)
         return map_paths(env, files, mounts)
 
-    def _token(self, env: dict[str, str], mode: str) -> str | None:
-        """What SIM_TOKEN says to send as the Bearer token (None: no Authorization header)."""
-        if mode == TOKEN_NONE:
-            return None
-        if mode == TOKEN_GARBAGE:
-            return f"kh-sim-garbage-{uuid.uuid4().hex}"
-        path = env.get(TOKEN_FILE_ENV, "")
-        try:
-            with open(path, encoding="utf-8") as f:
-                token = f.read().strip()
-        except OSError as e:
-            if mode != TOKEN_FILE:  # the others are made from the pod's own token
-                self.record.errors.append(f"SIM_TOKEN={mode}: no token file ({e})")
-            return None  # as checkclient.py: no readable file, no token
-        if mode == TOKEN_FILE:
-            return token
-        if mode == TOKEN_WRONG_AUDIENCE and self._minter is not None:
-            try:
-                return self._minter.mint(self._cancel, self._pod, "", 600)
-            except SimApiError as e:
-                self.record.errors.append(f"SIM_TOKEN={mode}: {e}")
-                return None
-        if mode == TOKEN_EXPIRED and self._minter is not None and self._minter.signing_key is not None:
-            return expired_copy(token, self._minter.signing_key)
-        self.record.errors.append(f"SIM_TOKEN={mode} needs the kubelet's token minter (and signing key)")
-        return None
-
     def _source_ip(self, settings: Settings) -> str:
         if settings.report_from == FROM_POD:
             return self.pod_ip
         return self._host_ip if settings.report_from == FROM_NODE else settings.report_from
 
-    def _image_pull_failure(self, start_time: str) -> None:
-        image = str(first_container(self._pod).get("image", ""))
-        pod, ip, host = self._pod, self.pod_ip, self._host_ip
+    def _image_pull_failure(self) -> None:
+        image = str(checker_container(self._pod).get("image", ""))
+        started_at = podstatus.now_rfc3339()  # of the init containers and sidecars, whose images are there
+        self.model.pending(self.pod_ip, "ContainerCreating")
         message = f'rpc error: code = Unknown desc = pull access denied for {image} (simulated)'
-        status = podstatus.waiting(pod, ip, host, start_time, reason="ErrImagePull", message=message)
-        if not self._write_status(status):
+        if not self._write_status(self.model.pull_failure(started_at, "ErrImagePull", message)):
             return
         self.record.waiting_reason = "ErrImagePull"
         if self._cancel.wait(PULL_BACKOFF_AFTER):
             return
         message = f'Back-off pulling image "{image}"'
-        status = podstatus.waiting(pod, ip, host, start_time, reason="ImagePullBackOff", message=message)
-        if self._write_status(status):
+        if self._write_status(self.model.pull_failure(started_at, "ImagePullBackOff", message)):
             self.record.waiting_reason = "ImagePullBackOff"
 
     def _behave(self, env: dict[str, str], settings: Settings) -> int | None:
@@ -347,7 +376,7 @@ class PodDriver:
         if body is None:
             body = json.dumps({"OK": ok, "Errors": [] if ok else list(settings.errors)}).encode()
         run_uuid = env.get("KH_RUN_UUID") if settings.uuid_header else None
-        token = self._token(env, settings.token)
+        token = report_bearer(settings.token, env, self._minter, self._cancel, self._pod, self.record.errors)
         if token is None and settings.token not in (TOKEN_NONE, TOKEN_FILE):
             logger.warning("pod %s cannot make its SIM_TOKEN=%s token; not reporting", self.record.key,
                            settings.token)
@@ -365,26 +394,12 @@ class PodDriver:
                      result.statuses, result.error)
 
     def _exec(self, env: dict[str, str]) -> int | None:
-        argv = exec_argv(self._pod)
-        if not argv:
-            self.record.stderr = "kh-sim/exec needs command/args on the first container"
-            return 128
-        try:
-            proc = subprocess.Popen(argv, env=exec_env(env, self.pod_ip), stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-        except OSError as e:
-            self.record.stderr = f"cannot start {argv[0]!r}: {e}"
-            return 127
+        code = execproc.run(exec_argv(self._pod), exec_env(env, self.pod_ip), self.record, self._hold)
+        return None if self._cancel.is_set() else code
+
+    def _hold(self, proc: subprocess.Popen[bytes]) -> None:
+        """The exec process started: cancel() kills it from now on (at once when cancelled already)."""
         with self._lock:
             self._proc = proc
         if self._cancel.is_set():
             self.cancel()
-        out, err = proc.communicate()
-        self.record.stdout = out.decode("utf-8", errors="replace")
-        self.record.stderr = err.decode("utf-8", errors="replace")
-        for text in (self.record.stdout, self.record.stderr):  # printed all along; readable once it ended
-            if text:
-                self.record.log.write(text[:-1] if text.endswith("\n") else text)
-        if self._cancel.is_set():
-            return None
-        return proc.returncode if proc.returncode >= 0 else 128 - proc.returncode

@@ -9,8 +9,9 @@ stopped with exit 143 and the object removed seconds later. Everything is driven
 go through a small pool so the watch never blocks on them. The nodes' kubelet endpoint, where the API
 server reads what each checker printed (pods/log), is logs.py's. With `timings.start_rate`, pods start slowly
 on purpose: at most that many per second go from ContainerCreating to Running (startgate.py), so a
-backlog of Pending pods builds when they are created faster. It does not simulate restarts,
-probes, init containers, volumes or resource accounting.
+backlog of Pending pods builds when they are created faster. Sidecars (image kh-sim/sidecar) run beside
+the checker, and SIM_DISRUPT writes the disruptions of a 1.26+ cluster (disrupt.py). It does not
+simulate restarts, probes, init containers other than native sidecars, volumes or resource accounting.
 
 The watch survives an API server that restarts (connection refused for a while, then 410 on resume:
 it retries with backoff capped at WATCH_RETRY_CAP and re-lists) and one that freezes (the stream goes
@@ -32,7 +33,8 @@ from kubernetes.watch.watch import iter_resp_lines
 from testbed.cluster import loopback
 from testbed.cluster.builders import MERGE_PATCH
 from testbed.sim import logs, podstatus
-from testbed.sim.behaviours import behaviour_for_image, first_container
+from testbed.sim.behaviours import behaviour_for_image, checker_container
+from testbed.sim.disrupt import Disruptor
 from testbed.sim.driver import KubeletParts, Placement, PodDriver
 from testbed.sim.rawapi import DEFAULT_POOL_SIZE, OpenStream, RawApi, SimApiError
 from testbed.sim.records import PodRecord, ReportResult
@@ -98,7 +100,8 @@ class SimKubelet:
         self._deleter = ThreadPoolExecutor(max_workers=4, thread_name_prefix="sim-delete")
         self.timings = timings
         self.start_gate = StartGate(timings.start_rate) if timings.start_rate is not None else None
-        self._terminator = Terminator(lambda: self._api, self.timings, self._stop, self._delete_now)
+        self._terminator = Terminator(self.timings, self._stop, self._delete_now)
+        self._disruptor = Disruptor(lambda: self._api, self.timings, self._stop)
 
     # --- lifecycle ----------------------------------------------------------------------------------
 
@@ -141,6 +144,7 @@ class SimKubelet:
             self.start_gate.stop()
         self._deleter.shutdown(wait=True)
         self._terminator.join(JOIN_TIMEOUT)
+        self._disruptor.join(JOIN_TIMEOUT)
         if self.tokens is not None:
             self.tokens.close()
         if self._api is not None:
@@ -343,8 +347,12 @@ class SimKubelet:
         self._adopt(pod, key, node=node, host_ip=host_ip, bind=bind)
 
     def _adopt(self, pod: dict[str, Any], key: str, *, node: str, host_ip: str, bind: bool) -> None:
-        image = str(first_container(pod).get("image", ""))
+        checker = checker_container(pod)
+        image = str(checker.get("image", ""))
         behaviour = behaviour_for_image(image)
+        spec = pod.get("spec") or {}
+        names = [str(c.get("name", "")) for key in ("containers", "initContainers") for c in spec.get(key) or []]
+        first = str(checker.get("name", ""))  # the log's first container is the one the checker prints in
         host_network = bool((pod.get("spec") or {}).get("hostNetwork"))
         pod_ip = host_ip if host_network else loopback.POD_IPS.allocate()
         meta = pod.get("metadata") or {}
@@ -352,12 +360,12 @@ class SimKubelet:
                            uid=str(meta.get("uid", "")),
                            image=image, behaviour=behaviour.value, pod_ip=pod_ip, host_network=host_network,
                            seen=time.monotonic(),
-                           log=logs.PodLog(tuple(str(c.get("name", "")) for c in
-                                                 (pod.get("spec") or {}).get("containers") or [])))
+                           log=logs.PodLog((first, *(n for n in names if n != first))))
         assert self._api is not None
         driver = PodDriver(self._api, pod, record, behaviour=behaviour,
                            placement=Placement(node=node, host_ip=host_ip, pod_ip=pod_ip, bind=bind),
-                           parts=KubeletParts(self.tokens, self.timings, self.start_gate))
+                           parts=KubeletParts(self.tokens, self.timings, self.start_gate,
+                                              self._disruptor.schedule))
         with self._lock:
             if self._stop.is_set():
                 if not host_network:

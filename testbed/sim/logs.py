@@ -16,8 +16,9 @@ shared by every SimKubelet of the process, so the server is too: `acquire()` / `
 users and the last one closes it. Two processes simulating the same node names overwrite each other's
 port: logs are served by the process that started a kubelet last.
 
-`PodLog` is one pod's log (the first container's; other containers have an empty one), kept in its
-PodRecord so tests can read it after the pod is gone; the server serves it only while the pod is live.
+`PodLog` is one pod's log (the checker container's, first in its `containers`; other containers have an
+empty one), kept in its PodRecord so tests can read it after the pod is gone; the server serves it only
+while the pod is live.
 `Transcript` decides what a simulated checker prints (see README.md, "Logs").
 
 Answers follow the kubelet: 404 for an unknown pod or container, 400 while the container has not
@@ -56,7 +57,7 @@ FILLER_CHARS = 100  # characters of padding in each SIM_LOG_LINES line
 # --- one pod's log ----------------------------------------------------------------------------------------
 
 class PodLog:
-    """The lines a pod's first container printed, with their wall-clock times. Thread-safe."""
+    """The lines a pod's checker container (containers[0]) printed, with their wall-clock times. Thread-safe."""
 
     def __init__(self, containers: tuple[str, ...] = ()) -> None:
         self.containers = containers

@@ -59,12 +59,16 @@ class PodRecord:
     bound: float | None = None  # binding accepted
     running: float | None = None  # status Running written
     reported: float | None = None  # report answered (or given up)
-    exited: float | None = None  # terminal status written
+    checkers_exited: float | None = None  # the checker containers' terminated status written (== exited
+    # for a pod without sidecars; a pod with a kh-sim/sidecar container stays Running after it)
+    exited: float | None = None  # terminal status written (phase Succeeded or Failed)
+    disrupted: float | None = None  # the disruption (SIM_DISRUPT) written: its condition, or the kubelet's eviction
     terminating: float | None = None  # deletionTimestamp first seen
     deleted: float | None = None  # the pod vanished from the API
     phase: str = "Pending"
     waiting_reason: str = ""
-    exit_code: int | None = None
+    exit_code: int | None = None  # the checker containers' (143 when stopped by a deletion or a kubelet)
+    disruption: str = ""  # the SIM_DISRUPT mode that disrupted the pod ("" none)
     report: ReportResult | None = None
     stdout: str = ""  # kh-sim/exec only
     stderr: str = ""  # kh-sim/exec only

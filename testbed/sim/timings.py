@@ -15,6 +15,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# Every regular container terminated → the kubelet stops the pod's native sidecars (Kubernetes 1.28+):
+# on a real kubelet the next pod sync, then SIGTERM; the pod stays Running, its sidecar running, meanwhile.
+SIDECAR_STOP_AFTER = 0.75
+
 
 @dataclass(frozen=True)
 class Timings:
@@ -26,6 +30,9 @@ class Timings:
     stop_after: float = 0.0  # deletionTimestamp seen → container stopped (status written), when graceful
     remove_after: float = 0.0  # deletionTimestamp seen → object removed (grace-0 delete) of a pod not finished
     remove_finished_after: float = 0.0  # the same for a pod that had finished (nothing to stop)
+    # checker containers terminated → native sidecars stopped (in both modes: a run must see the pod
+    # Running with only its sidecar left, as on a real kubelet)
+    sidecar_stop_after: float = SIDECAR_STOP_AFTER
     # Pods per second that may go from ContainerCreating to Running, in arrival order (startgate.py: a
     # saturated node, for benchmarks); 0: a gate that stays open until its rate is set; None: no gate.
     start_rate: float | None = None

@@ -1,6 +1,6 @@
 """Projected ServiceAccount tokens, minted for simulated pods the way a kubelet mints them.
 
-A pod whose spec has a projected volume with a `serviceAccountToken` source, mounted in its first
+A pod whose spec has a projected volume with a `serviceAccountToken` source, mounted in its checker
 container, gets a token from the TokenRequest API (`POST .../serviceaccounts/<sa>/token`, bound to the
 pod by name and UID, with the source's audience and expirationSeconds) once it is bound, before its
 containers start. The ServiceAccount is created when missing: the test bed runs no controller-manager
@@ -30,11 +30,21 @@ import subprocess
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from testbed.cluster.builders import TOKEN_FILE_ENV
+from testbed.sim.behaviours import (
+    TOKEN_EXPIRED,
+    TOKEN_FILE,
+    TOKEN_GARBAGE,
+    TOKEN_NONE,
+    TOKEN_WRONG_AUDIENCE,
+    checker_container,
+)
 from testbed.sim.rawapi import RawApi, SimApiError
 
 logger = logging.getLogger(__name__)
@@ -44,7 +54,7 @@ DEFAULT_SECONDS = 3600  # a projection without expirationSeconds gets an hour, a
 
 @dataclass(frozen=True)
 class Projection:
-    """One serviceAccountToken source of a projected volume mounted in the first container."""
+    """One serviceAccountToken source of a projected volume mounted in the checker container."""
 
     volume: str
     mount_path: str  # the volume's mountPath in the container
@@ -58,12 +68,11 @@ class Projection:
 
 
 def projections(pod: Mapping[str, Any]) -> list[Projection]:
-    """The token projections of the pod's first container (the one the behaviours run as)."""
+    """The token projections of the pod's checker container (the one the behaviours run as)."""
     spec = pod.get("spec") or {}
-    containers = spec.get("containers") or [{}]
     volumes = {str(v.get("name")): v for v in spec.get("volumes") or [] if v.get("projected")}
     found: list[Projection] = []
-    for mount in containers[0].get("volumeMounts") or []:
+    for mount in checker_container(pod).get("volumeMounts") or []:
         volume = volumes.get(str(mount.get("name")))
         if volume is None:
             continue
@@ -200,3 +209,33 @@ class TokenMinter:
 def meta_key(pod: Mapping[str, Any]) -> str:
     meta = pod.get("metadata") or {}
     return f"{meta.get('namespace')}/{meta.get('name')}"
+
+
+def report_bearer(mode: str, env: Mapping[str, str], minter: TokenMinter | None, cancel: threading.Event,
+                  pod: Mapping[str, Any], errors: list[str]) -> str | None:
+    """What SIM_TOKEN `mode` says a checker sends as its Bearer token (None: no Authorization header);
+    why a bad token cannot be made goes to `errors` (the pod's record)."""
+    if mode == TOKEN_NONE:
+        return None
+    if mode == TOKEN_GARBAGE:
+        return f"kh-sim-garbage-{uuid.uuid4().hex}"
+    path = env.get(TOKEN_FILE_ENV, "")
+    try:
+        with open(path, encoding="utf-8") as f:
+            token = f.read().strip()
+    except OSError as e:
+        if mode != TOKEN_FILE:  # the others are made from the pod's own token
+            errors.append(f"SIM_TOKEN={mode}: no token file ({e})")
+        return None  # as checkclient.py: no readable file, no token
+    if mode == TOKEN_FILE:
+        return token
+    if mode == TOKEN_WRONG_AUDIENCE and minter is not None:
+        try:
+            return minter.mint(cancel, pod, "", 600)
+        except SimApiError as e:
+            errors.append(f"SIM_TOKEN={mode}: {e}")
+            return None
+    if mode == TOKEN_EXPIRED and minter is not None and minter.signing_key is not None:
+        return expired_copy(token, minter.signing_key)
+    errors.append(f"SIM_TOKEN={mode} needs the kubelet's token minter (and signing key)")
+    return None
