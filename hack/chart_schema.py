@@ -5,9 +5,9 @@
 
 `config` is copied as-is into the daemon's config file, so its keys are exactly the daemon's: the
 `_KNOWN_KEYS` of config.py, in their order there. Each key's type comes from the parser config.py calls
-for it (`_bool`, `_str`, `_int`, `_duration`, `_choice`, `_labels`, `_address`, ...), read from config.py's
-syntax tree, so a new key or a new parser shows up here without a list to keep in step; a key with no
-recognisable parser stops the script. Nested mappings (leaderElection, promMetricsConfig,
+for it (`_bool`, `_str`, `_int`, `_duration`, `_choice`, `_labels`, `_container_names`, `_address`, ...),
+read from config.py's syntax tree, so a new key or a new parser shows up here without a list to keep in
+step; a key with no recognisable parser stops the script. Nested mappings (leaderElection, promMetricsConfig,
 healthCheckDefaults) are the variables assigned `_section(raw, "<key>", ...)` (or `raw.get("<key>")`).
 A key read with `_str` and then tested with `not in CONSTANT` (logLevel) gets CONSTANT as its values, plus
 the keys of a module-level dict it is looked up in first (V3_LOG_LEVELS: v3's spellings). The chart's own
@@ -123,11 +123,14 @@ def _fullmatched(tree: ast.Module, function: str, regexes: dict[str, str]) -> st
     return regexes[found.pop()]
 
 
-def _labels_schema(name: str) -> dict[str, Any]:
-    """_labels: a list of label names, or one string of them separated by commas (blanks dropped)."""
+def _names_schema(name: str, what: str) -> dict[str, Any]:
+    """_labels, _container_names: a list of names, or one string of them separated by commas (blanks dropped)."""
     return {"type": ["array", "string", "null"], "items": {"type": "string", "pattern": f"^{name}$"},
             "pattern": f"^ *({name})? *(, *({name})? *)*$",
-            "description": "Label names: a list, or one string of them separated by commas"}
+            "description": f"{what}: a list, or one string of them separated by commas"}
+
+
+NAME_LISTS = {"_labels": "Label names", "_container_names": "Container names"}
 
 
 def _schema_for(call: ast.Call, parser: str, constants: dict[str, list[str]], tree: ast.Module) -> dict[str, Any]:
@@ -140,8 +143,8 @@ def _schema_for(call: ast.Call, parser: str, constants: dict[str, list[str]], tr
         if not isinstance(choices, ast.Name) or choices.id not in constants:
             raise SystemExit(f"{CONFIG_PY}:{call.lineno}: _choice without a module-level tuple of choices")
         return {"type": "string", "enum": constants[choices.id]}
-    if parser == "_labels":
-        return _labels_schema(_fullmatched(tree, parser, _regexes(tree)))
+    if parser in NAME_LISTS:
+        return _names_schema(_fullmatched(tree, parser, _regexes(tree)), NAME_LISTS[parser])
     if parser not in PARSERS:
         raise SystemExit(f"{CONFIG_PY}:{call.lineno}: no JSON schema known for parser {parser}")
     return dict(PARSERS[parser])

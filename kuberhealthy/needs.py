@@ -74,6 +74,8 @@ class EventSink(Protocol):
 
     def state_not_kept(self, ref: ObjectRef, what: str) -> bool: ...
 
+    def pod_disrupted(self, ref: ObjectRef, pod: str, why: str, in_a_row: int) -> bool: ...
+
 
 class ResultSink(Protocol):
     """Where a finished run's result is forwarded (InfluxDB)."""
@@ -125,6 +127,10 @@ class RunNeeds(Basics, Protocol):
     # checker pod uids already reported stuck Terminating
     @property
     def stuck_terminating(self) -> set[str]: ...
+
+    # per check ident, its runs in a row whose checker pod the cluster disrupted
+    @property
+    def disrupted_in_a_row(self) -> dict[str, int]: ...
 
     @property
     def influx(self) -> ResultSink | None: ...

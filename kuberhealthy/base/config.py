@@ -113,6 +113,8 @@ class Config:
     tls_key_file: str = ""  # its private key (set with tls_cert_file or not at all)
     listen_tls_host: str = ""  # "" = all interfaces
     listen_tls_port: int = 8443
+    # Modern clusters
+    sidecar_containers: tuple[str, ...] = ()  # container names that never end a checker pod (a mesh's proxy)
 
 
 _DEFAULT = Config()  # what an absent key means: the parser below takes every default from here
@@ -124,7 +126,7 @@ _KNOWN_KEYS = {
     "stateReaperInterval", "checkReaperRunInterval", "promMetricsConfig",
     "reportSourceCheck", "reportAuth", "reportRateLimit", "reportRateBurst",
     "historyLength", "captureLogs", "exposeLogs", "enableRunAPI", "dashboardAtRoot", "trustedOrigins",
-    "metricsStyle", "healthCheckDefaults", "tlsCertFile", "tlsKeyFile", "listenAddressTLS",
+    "metricsStyle", "healthCheckDefaults", "tlsCertFile", "tlsKeyFile", "listenAddressTLS", "sidecarContainers",
 }
 REPORT_SOURCE_CHECKS = ("warn", "enforce", "off")
 REPORT_AUTHS = ("token-or-uuid", "token")
@@ -132,6 +134,7 @@ METRICS_STYLES = ("v2", "v3")
 V3_LOG_LEVELS = {"trace": "debug", "warn": "warning", "fatal": "error", "panic": "error"}  # logrus's, ours
 
 LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")  # Prometheus's label names
+CONTAINER_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")  # a DNS label: what a container may be named
 
 # The environment's names (configenv.py's) among them: written here first, they stay importable from here.
 __all__ = ["DEFAULT_CONFIG_PATH", "ELECTION_ENABLED_ENV", "ELECTION_NAMESPACE_ENV", "ENV_KEYS", "GO_BOOLS",
@@ -366,7 +369,24 @@ def from_mapping(raw: Mapping[str, Any], environ: Mapping[str, str] | None = Non
         tls_key_file=tls_key_file,
         listen_tls_host=tls_host,
         listen_tls_port=tls_port,
+        sidecar_containers=_container_names(raw, "sidecarContainers", _DEFAULT.sidecar_containers),
     )
+
+
+def _container_names(raw: Mapping[str, Any], key: str, default: tuple[str, ...]) -> tuple[str, ...]:
+    """A list of container names, or one string of them separated by commas; blanks and repeats dropped."""
+    value = raw.get(key)
+    if value is None:
+        return default
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, list) or not all(isinstance(item, str) for item in items):
+        raise ConfigError(key, f"expected a list of container names such as [istio-proxy], got {value!r}")
+    names = tuple(dict.fromkeys(item.strip() for item in items if item.strip()))
+    for name in names:
+        if not CONTAINER_NAME.fullmatch(name):
+            raise ConfigError(key, f"{name!r} is not a container name (a DNS label: lower case letters, "
+                              "digits and '-', at most 63)")
+    return names
 
 
 def _origins(raw: Mapping[str, Any], key: str, default: frozenset[str]) -> frozenset[str]:

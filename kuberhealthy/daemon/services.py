@@ -105,6 +105,7 @@ class Services:
         self.held = HeldReports(self.resources, lambda: self.config.pod_name)
         self.events = EventRecorder(self.resources, config.pod_name)  # every replica: reports are refused anywhere
         self.stuck_terminating: set[str] = set()  # checker pods already reported as stuck Terminating
+        self.disrupted_in_a_row: dict[str, int] = {}  # per check ident: runs in a row the cluster disrupted
         self._owner_lock = threading.Lock()
         self._owner: tuple[bool, Obj | None] = (False, None)  # (looked up yet, ownerReference)
         self.controller: Controller | None = None

@@ -66,6 +66,7 @@ REPORT_REJECTED = "ReportRejected"
 PAUSE_IGNORED = "PauseIgnored"
 SPEC_INVALID = "SpecInvalid"
 STATE_NOT_KEPT = "StateNotKept"
+POD_DISRUPTED = "CheckPodDisrupted"
 
 QUEUE_EVENTS = 1000  # events waiting to be sent; more are dropped
 CACHE_ENTRIES = 4096  # events remembered for counting (client-go: maxLruCacheEntries)
@@ -247,6 +248,11 @@ class EventRecorder(BackgroundThread):
 
     def state_not_kept(self, ref: ObjectRef, what: str) -> bool:
         return self.record(ref, WARNING, STATE_NOT_KEPT, what[:1000])
+
+    def pod_disrupted(self, ref: ObjectRef, pod: str, why: str, in_a_row: int) -> bool:
+        """A run skipped because the cluster disrupted its checker pod (the third in a row fails instead)."""
+        return self.record(ref, WARNING, POD_DISRUPTED, f"checker pod {pod} was disrupted ({in_a_row} in a row): "
+                           f"{why[:600]}")
 
     def report_rejected(self, ref: ObjectRef, reason: str) -> bool:
         """Damped (module docstring): True when queued or counted onto the next one, False if dropped."""

@@ -4,6 +4,8 @@
       api-unavailable  the control plane was away or its caches stale: the daemon could not start,
                        follow or finish the run, which says nothing about the checked thing
       pod-deleted      someone else deleted the checker pod before it finished (v2 skipped these too)
+      pod-disrupted    the cluster disrupted the checker pod (the DisruptionTarget condition: an eviction,
+                       a preemption, a node's pressure or shutdown) before it reported
   kuberhealthy_schedule_lag_seconds         histogram of (run start - due time), on the leader
 
 These are process-local (a new leader starts from zero), as Prometheus counters are.
@@ -15,7 +17,8 @@ from prometheus_client.registry import Collector
 
 SKIP_API = "api-unavailable"
 SKIP_POD_DELETED = "pod-deleted"
-SKIP_REASONS = (SKIP_API, SKIP_POD_DELETED)
+SKIP_POD_DISRUPTED = "pod-disrupted"
+SKIP_REASONS = (SKIP_API, SKIP_POD_DELETED, SKIP_POD_DISRUPTED)
 LAG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 
 

@@ -34,6 +34,9 @@ V3_CREATED_BY = "createdBy"  # annotation: "kuberhealthy"
 V3_CHECK_NAME_ANNOTATION = "kuberhealthyCheckName"  # annotation: the HealthCheck's name
 # A secret of the run, on its pod only; the run's khstate claim holds its SHA-256 (khstate.RUN_KEY_SHA256).
 RUN_KEY_ANNOTATION = "kuberhealthy.comcast.github.io/run-key"
+# The check author's word on which containers of the checker pod are sidecars (comma-separated names).
+SIDECARS_ANNOTATION = "kuberhealthy.github.io/sidecars"
+DISRUPTION_CONDITION = "DisruptionTarget"  # Kubernetes 1.26+: an eviction, a preemption, a node shutdown
 # The env names checkers read are checkclient's (it is standalone).
 INJECTED_ENV = (KH_REPORTING_URL, KH_RUN_UUID, KH_CHECK_RUN_DEADLINE, KH_POD_NAMESPACE, KH_REPORT_TOKEN_FILE)
 # The report token (docs/interface.md#report-token): a projected ServiceAccount token only Kuberhealthy accepts
@@ -167,12 +170,13 @@ def slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
 
     A kept checker pod is ~5-10 KB on the wire (managedFields, the whole podSpec, conditions); with
     thousands of checks and several kept pods each, the cache would hold mostly bytes nobody reads.
-    Kept: identity and times, labels, the check-name and run-key annotations, per container its name and
-    KH_RUN_UUID and KH_CHECK_RUN_DEADLINE env (the report handler's), nodeName/hostNetwork, and the
-    status fields the runner, the report handler and the reaper decide on (of the conditions only
-    the latest transition time, the reaper's fallback for a pod's finish time; per container and init
-    container its name and state's reason, exitCode and finishedAt, and the pod's reason and message:
-    a run error says why a checker ended without reporting, podstate.why_ended).
+    Kept: identity and times, labels, the check-name, run-key and sidecars annotations, per container its
+    name and KH_RUN_UUID and KH_CHECK_RUN_DEADLINE env (the report handler's), the init containers that
+    are native sidecars (restartPolicy Always), nodeName/hostNetwork, and the status fields the runner,
+    the report handler and the reaper decide on (of the conditions the latest transition time, the
+    reaper's fallback for a pod's finish time, and a true DisruptionTarget's reason and message; per
+    container and init container its name and state's reason, exitCode and finishedAt, and the pod's
+    reason and message: a run error says why a checker ended without reporting, podstate.why_ended).
     """
     meta = pod.get("metadata") or {}
     slim_meta = _pick(meta, ("name", "uid", "resourceVersion", "creationTimestamp", "deletionTimestamp"))
@@ -183,6 +187,8 @@ def slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
             if k in annotations}
     if RUN_KEY_ANNOTATION in annotations:
         kept[RUN_KEY_ANNOTATION] = str(annotations[RUN_KEY_ANNOTATION])
+    if SIDECARS_ANNOTATION in annotations:
+        kept[SIDECARS_ANNOTATION] = _interned(str(annotations[SIDECARS_ANNOTATION])[:MESSAGE_CHARS])
     if kept:
         slim_meta["annotations"] = kept
     spec = pod.get("spec") or {}
@@ -190,6 +196,10 @@ def slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
                    "env": [e for e in c.get("env") or [] if isinstance(e, dict) and e.get("name") in _KEPT_ENV]}
                   for c in spec.get("containers") or [] if isinstance(c, dict)]
     slim_spec: dict[str, Any] = {"containers": containers}
+    native = [{"name": _interned(c.get("name")), "restartPolicy": "Always"} for c in spec.get("initContainers") or []
+              if isinstance(c, dict) and c.get("restartPolicy") == "Always"]
+    if native:
+        slim_spec["initContainers"] = native
     if spec.get("nodeName"):
         slim_spec["nodeName"] = _interned(spec["nodeName"])
     if spec.get("hostNetwork"):
@@ -204,6 +214,11 @@ def slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
              if isinstance(c, dict) and c.get("lastTransitionTime")]
     if times:
         slim_status["conditions"] = [{"lastTransitionTime": max(times)}]
+    for c in status.get("conditions") or []:
+        if isinstance(c, dict) and c.get("type") == DISRUPTION_CONDITION and c.get("status") == "True":
+            slim_status.setdefault("conditions", []).append(
+                {"type": DISRUPTION_CONDITION, "status": "True", "reason": _interned(c.get("reason")),
+                 "message": str(c.get("message") or "")[:MESSAGE_CHARS]})
     if status.get("message"):  # an eviction's or a node shutdown's words, for a run error (bounded)
         slim_status["message"] = str(status["message"])[:MESSAGE_CHARS]
     for key in ("initContainerStatuses", "containerStatuses"):

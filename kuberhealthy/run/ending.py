@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kuberhealthy.base.errors import ApiError, is_transient
+from kuberhealthy.kube import PODS
 from kuberhealthy.kube.resources import FOREIGN
 from kuberhealthy.run.context import RunContext
 from kuberhealthy.run.guard import CONFIRM_TIMEOUT, Failed, Guard, Skipped, removed
@@ -27,12 +28,14 @@ from kuberhealthy.run.podstate import (
     ERR_START,
     RunPod,
     container_started,
-    live,
     pending,
     start_failure,
+    uid_of,
     why_ended,
 )
 from kuberhealthy.run.result import Phase
+
+SIDECAR_GRACE_SECONDS = 2  # a pod whose checker is over is deleted with this grace: only sidecars are left in it
 
 
 @dataclass(frozen=True)
@@ -54,7 +57,7 @@ def report_state(guard: Guard, pod: RunPod) -> str | None:
     pod.see(current)
     if pod.deleted(current):
         return "deleted"
-    return "ended" if not live(current) else None
+    return "ended" if pod.over(current) else None
 
 
 def reported_and_exited(guard: Guard, pod: RunPod) -> bool:
@@ -62,7 +65,9 @@ def reported_and_exited(guard: Guard, pod: RunPod) -> bool:
     if not guard.reported() or (current := pod.current()) is None:
         return False
     pod.see(current)
-    return not live(current) and not pod.deleted(current)
+    if pod.disruption:  # reported first: the report stands, whatever becomes of the pod
+        return True
+    return pod.over(current) and not pod.deleted(current)
 
 
 def settled(guard: Guard, pod: RunPod) -> Ending | None:
@@ -75,10 +80,13 @@ def settled(guard: Guard, pod: RunPod) -> Ending | None:
         pod.see(now)
     # A pod none of whose containers has run cannot have reported: no read of the khstate for it.
     reported = guard.reported() or ((now is None or container_started(now)) and guard.report_confirmed())
+    if reported and pod.disruption:
+        guard.log.info("Checker pod reported, then the cluster disrupted it (%s): the report stands", pod.disruption)
+        return None
     if pod.deleted(now) or (now is None and not reported):
         return Ending(removed("exited" if reported else "reported"))
     if reported:
-        if now is not None and live(now):
+        if now is not None and not pod.over(now):
             return Ending(guard.fail(ERR_EXIT), Phase.EXIT)
         guard.log.info("Checker pod reported and exited (confirmed by reads)")
         return None
@@ -86,12 +94,34 @@ def settled(guard: Guard, pod: RunPod) -> Ending | None:
     if pending(now):
         failure = start_failure(now)
         return Ending(guard.fail(ERR_START + failure if failure else ERR_RUNNING), Phase.START)
-    return Ending(guard.fail(ERR_REPORT, "" if live(now) else why_ended(now)), Phase.REPORT)
+    return Ending(guard.fail(ERR_REPORT, why_ended(now, pod.sidecars_in(now)) if pod.over(now) else ""),
+                  Phase.REPORT)
+
+
+def end_sidecar_pod(ctx: RunContext, pod: RunPod) -> None:
+    """The run's checker is over but its pod lives on, kept alive by sidecars that never exit (a mesh's
+    proxy): delete it (its uid; a short grace), as it would have ended by itself without them. An API
+    error is logged: the run is complete either way, and the next run's CLEAR removes what is left."""
+    running = pod.only_sidecars()
+    uid = pod.uid or uid_of(pod.current())
+    if not running or not uid:
+        return
+    ctx.log.info("The checker is over; ending pod %s, where only sidecars run (%s)", pod.name, ", ".join(running))
+    pod.told_to_go.add(pod.name)
+    try:
+        ctx.services.resources.delete(PODS, ctx.check.namespace, pod.name, grace_seconds=SIDECAR_GRACE_SECONDS,
+                                      uid=uid, timeout=CONFIRM_TIMEOUT)
+    except ApiError as e:
+        ctx.log.warning("Could not end checker pod %s: %s", pod.name, e)
 
 
 def evict_run_pods(ctx: RunContext, pod: RunPod) -> None:
-    """Remove the pod this run created, by its uid (RunPod.evictable). An API error here is logged; the
-    reaper or the next run's CLEAR retries."""
+    """Remove the pod this run created, by its uid (RunPod.evictable); one whose checker is over and only
+    sidecars keep alive is ended as end_sidecar_pod does. An API error here is logged; the reaper or the
+    next run's CLEAR retries."""
+    if pod.only_sidecars():
+        end_sidecar_pod(ctx, pod)
+        return
     for name, uid in pod.evictable():
         pod.told_to_go.add(name)
         try:

@@ -46,14 +46,18 @@ class Recorder:
         if not self.services.config.capture_logs or not pod.name:
             return None
         return read_log_tail(self.services.resources, self.check.namespace, pod.name, pod.last,
-                             max(0.5, min(LOG_TIMEOUT, deadline + GRACE - self.clock())))
+                             max(0.5, min(LOG_TIMEOUT, deadline + GRACE - self.clock())), pod.sidecars_in(pod.last))
 
-    def result(self, seconds: float, pod: RunPod, deadline: float, keep_logs: bool) -> None:
+    def result(self, seconds: float, pod: RunPod, deadline: float, keep_logs: bool, logs: str | None = None) -> None:
         """The pod reported and exited: RunDuration (the real wall time of the run, `seconds`), Node and the
-        history entry; `keep_logs`: the checker reported a failure, so keep what it printed. Raises Stopped."""
+        history entry; `keep_logs`: the checker reported a failure, so keep what it printed (`logs`, when
+        read already). Raises Stopped."""
         node, duration = node_of(pod.last), format_duration(seconds)
         until = max(deadline, self.clock() + GRACE)
-        logs = self.logs(pod, until) if keep_logs else None
+        if keep_logs and logs is None:
+            logs = self.logs(pod, until)
+        elif not keep_logs:
+            logs = None
         ran = RunFacts(self.run_uuid, self.ctx.wall_start, seconds, node, pod.name)
         history = self._history(lambda spec: RunRecord.reported(ran, spec, logs))
 
@@ -98,6 +102,10 @@ class Recorder:
             self.log.info("A newer run has claimed the khstate; this run's failure is not recorded")
         else:
             self.services.events.check_failed(self._ref(), errors[0])
+
+    def disrupted(self, pod: RunPod, in_a_row: int) -> None:
+        """The cluster disrupted the run's checker pod: an Event on the check says so."""
+        self.services.events.pod_disrupted(self._ref(), pod.name, pod.disruption, in_a_row)
 
     def finished(self, result: RunResult) -> None:
         """After the run: count a run that was not judged; send the InfluxDB point of one that was."""

@@ -10,7 +10,11 @@ check's pods, its run uuid, its khstate), racing one monotonic deadline for the 
 records `Check execution error: <ns>/<name>: <reason>` with v2's reasons; a pod that ended without
 reporting adds a second error, why (podstate.why_ended: an OOMKill, a failed init container).
 A checker pod deleted by someone else (gone, or a deletionTimestamp this run did not cause) before it
-ended on its own skips the run in START, REPORT or EXIT, whatever phase it then shows (guard.removed).
+ended on its own skips the run in START, REPORT or EXIT, whatever phase it then shows (guard.removed);
+one the cluster disrupted (the DisruptionTarget condition, a kubelet's eviction) before it reported is
+skipped as disrupted, and the DISRUPTIONS_TO_FAIL-th such run of the check in a row fails. The pod has
+exited, for EXIT and REPORT, once every container that is not a sidecar has terminated (podstate.over):
+a mesh's proxy that never exits neither holds nor judges a run, and the run ends such a pod itself.
 On a timeout or a stop the run's pod is evicted (delete as fallback). A run removes only pods by their uid: its
 own (from its create's answer) and, in CLEAR, earlier checker pods as the cache shows them; a pod it
 did not create under its predicted name is left alone, and the run takes a fallback name (CREATE).
@@ -36,11 +40,11 @@ from kuberhealthy.base.durations import format_duration
 from kuberhealthy.base.errors import ApiError, Conflict
 from kuberhealthy.kube import Obj
 from kuberhealthy.needs import RunNeeds
-from kuberhealthy.outputs.runstats import SKIP_POD_DELETED
+from kuberhealthy.outputs.runstats import SKIP_POD_DELETED, SKIP_POD_DISRUPTED
 from kuberhealthy.records import checkpod, khstate
 from kuberhealthy.records.checkspec import CheckSpec, validate_pod_spec
 from kuberhealthy.run.context import RunContext
-from kuberhealthy.run.ending import evict_run_pods, report_state, reported_and_exited, settled
+from kuberhealthy.run.ending import end_sidecar_pod, evict_run_pods, report_state, reported_and_exited, settled
 from kuberhealthy.run.finish import Recorder
 from kuberhealthy.run.guard import CONFIRM_TIMEOUT, Failed, Guard, Skipped, Stopped, removed
 from kuberhealthy.run.podstate import (
@@ -50,9 +54,9 @@ from kuberhealthy.run.podstate import (
     ERR_START,
     RunPod,
     earlier,
-    live,
     node_of,
     pod_name_of,
+    sidecars_of,
     start_failure,
     terminating,
     uid_of,
@@ -68,6 +72,7 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 RENAMES = 5  # fallback names a run tries when its pod's name is taken by a pod it did not create
+DISRUPTIONS_TO_FAIL = 3  # runs in a row whose checker pod the cluster disrupted: the last of them fails
 
 
 class Runner:
@@ -86,6 +91,7 @@ class Runner:
         self.phase_seconds: dict[str, float] = {}
         self.pod = RunPod(services.pods, self.run_uuid)
         self._run_key = ""  # the run's secret: on its pod only; the claim holds its hash
+        self._logs: str | None = None  # the checker's log tail, read before the run ended its pod itself
         self._v2_name = ""  # `<check>-<unix seconds>`, the pod's name unless a pod we did not create holds it
         self.guard = Guard(self.ctx)
         self.recorder = Recorder(self.ctx, self.guard)
@@ -111,7 +117,12 @@ class Runner:
     def run(self) -> RunResult:
         skip_reason, reason, logs = "", "", None
         try:
-            self._run()
+            try:
+                self._run()
+            except Skipped as e:
+                if e.reason == SKIP_POD_DELETED and self.pod.disruption:
+                    raise self._disrupted() from e
+                raise
             outcome, errors = Outcome.REPORTED, list[str]()
         except Stopped:
             outcome, errors = Outcome.STOPPED, []
@@ -129,7 +140,7 @@ class Runner:
             reason = str(e)
             self.log.warning("Run failed in phase %s: %s", self.phase.value, e)
             if self.pod.last is not None:
-                logs = self.recorder.logs(self.pod, self._deadline)
+                logs = self._logs if self._logs is not None else self.recorder.logs(self.pod, self._deadline)
             evict_run_pods(self.ctx, self.pod)
         finally:
             self._waiter.close()
@@ -141,11 +152,24 @@ class Runner:
                 outcome, skip_reason = Outcome.SKIPPED, e.reason
             except Stopped:
                 outcome = Outcome.STOPPED
+        if outcome in (Outcome.REPORTED, Outcome.FAILED):
+            self.services.disrupted_in_a_row.pop(self.check.ident, None)  # judged: the streak is broken
         result = RunResult(outcome, self.run_uuid, self.phase, errors, duration, self.pod.name, node,
                            dict(self.phase_seconds), skip_reason)
         self.log.debug("Phase times: %s", ", ".join(f"{k}={v:.3f}s" for k, v in self.phase_seconds.items()))
         self.recorder.finished(result)
         return result
+
+    def _disrupted(self) -> Failed | Skipped:
+        """The cluster disrupted the run's checker pod before it reported (podstate.disruption): skipped,
+        told by an Event; the DISRUPTIONS_TO_FAIL-th such run of the check in a row fails instead, so a
+        checker evicted for its own limits still alerts."""
+        streak = self.services.disrupted_in_a_row.get(self.check.ident, 0) + 1
+        self.services.disrupted_in_a_row[self.check.ident] = streak
+        self.recorder.disrupted(self.pod, streak)
+        if streak >= DISRUPTIONS_TO_FAIL:
+            return Failed(f"checker pod disrupted {streak} times in a row: {self.pod.disruption}")
+        return Skipped(SKIP_POD_DISRUPTED, f"checker pod {self.pod.name} was disrupted: {self.pod.disruption}")
 
     def _run(self) -> None:
         self._claim()
@@ -213,6 +237,7 @@ class Runner:
                 self.check, self.run_uuid, self.wall(), self.ctx.kind.reporting_url(),
                 self.services.owner_reference(self.check.namespace), self._wall_start + self.check.timeout,
                 checkpod.Claimed(self.pod.name, self._run_key))
+            self.pod.sidecars = sidecars_of(body, self.services.config.sidecar_containers)
             try:
                 self.pod.created(self.guard.create_pod(body, self.pod.name, self._run_key, self._deadline))
                 break
@@ -276,12 +301,14 @@ class Runner:
         else:  # ended without reporting: fail now rather than at the deadline, with v2's reason
             status = (self.pod.last or {}).get("status") or {}
             self.log.warning("Checker pod %s ended (%s) without reporting in", self.pod.name, status.get("phase"))
-            raise self.guard.fail(ERR_REPORT, why_ended(self.pod.last))
+            raise self.guard.fail(ERR_REPORT, why_ended(self.pod.last, self.pod.sidecars_in(self.pod.last)))
         self.log.debug("Checker pod reported")
         return True
 
     def _exit(self) -> None:
-        """EXIT: the pod finishes (or is gone after it did). Deleted by someone else first: skipped."""
+        """EXIT: the checker is over: the pod finished (or is gone after it did), or only its sidecars
+        run, and the run ends the pod (after reading the log tail a reported failure keeps). Deleted by
+        someone else first: skipped; disrupted by the cluster after the report: the report stands."""
         self.phase = Phase.EXIT
         state = self._wait(self.pod.exit_state)
         if state is None:
@@ -290,19 +317,29 @@ class Runner:
                 self.pod.see(pod)
             if self.pod.deleted(pod):
                 state = "deleted"
-            elif pod is not None and live(pod):
+            elif pod is not None and not self.pod.over(pod):
                 raise self.guard.fail(ERR_EXIT)
-        if state == "deleted":
+        if state == "deleted" and self.pod.disruption:
+            self.log.info("Checker pod reported, then the cluster disrupted it (%s): the report stands",
+                          self.pod.disruption)
+        elif state == "deleted":
             raise removed("exited")
+        elif self.pod.only_sidecars():
+            if self._reported_failure():
+                self._logs = self.recorder.logs(self.pod, self._deadline)
+            end_sidecar_pod(self.ctx, self.pod)
 
     def _record(self) -> tuple[str, str]:
         """RECORD: the result (finish.py); returns the run's duration as written and its node."""
         self.phase = Phase.RECORD
         node, seconds = node_of(self.pod.last), self.clock() - self._started
-        state = self.ctx.cached_state()
-        failed = self.guard.shows_report(state) and not khstate.Spec.of(state or {}).ok  # keep what it printed
-        self.recorder.result(seconds, self.pod, self._deadline, keep_logs=failed)
+        self.recorder.result(seconds, self.pod, self._deadline, keep_logs=self._reported_failure(), logs=self._logs)
         return format_duration(seconds), node
+
+    def _reported_failure(self) -> bool:
+        """The checker reported OK false: its run keeps what it printed."""
+        state = self.ctx.cached_state()
+        return self.guard.shows_report(state) and not khstate.Spec.of(state or {}).ok
 
     def _settle(self) -> None:
         """The deadline passed (or the caches were not to be trusted): decide on fresh reads (ending.py).

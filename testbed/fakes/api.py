@@ -189,7 +189,7 @@ class FakeApi:
     def pod_log(self, namespace: str, name: str, container: str | None = None, tail_lines: int = 40,
                 limit_bytes: int = 16384, timeout: float = 0) -> str:
         with self._lock:
-            self._enter("pod_log", PODS, namespace, name)
+            self._enter("pod_log", PODS, namespace, name, {"container": container})
             self._existing(PODS, namespace, name)
             lines = self.logs.get((namespace, name), "").splitlines(keepends=True)[-tail_lines:]
         return "".join(lines).encode()[-limit_bytes:].decode("utf-8", "replace")

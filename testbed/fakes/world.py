@@ -196,6 +196,10 @@ class Subject:
     def raw_state(self) -> Obj | None:
         return self.store.read(self.services.api, self.spec.namespace, self.name, 1.0)
 
+    def history(self) -> list[Obj]:
+        """The check's run history as the API server has it, newest first (whichever kind keeps it)."""
+        return list(((self.raw_state() or {}).get("spec") or {}).get("history") or [])  # a state, khstate-shaped
+
     def seed(self, annotations: dict[str, str] | None = None, **spec: Any) -> None:
         """Store a state as a daemon leaves it, with these khstate `spec` fields (and annotations)."""
         body = khstate_of(self.name, self.spec.namespace, annotations, **spec)
@@ -247,6 +251,9 @@ class FakeEvents:
 
     def state_not_kept(self, ref: ObjectRef, what: str) -> bool:
         return self._add("StateNotKept", ref, what)
+
+    def pod_disrupted(self, ref: ObjectRef, pod: str, why: str, in_a_row: int) -> bool:
+        return self._add("CheckPodDisrupted", ref, f"{in_a_row}: {why}")
 
 
 # --- services ----------------------------------------------------------------------------------------------
@@ -302,6 +309,7 @@ class FakeServices:
         self.stats = SchedulingMetrics()
         self.held = HeldReports(self.api, lambda: self.config.pod_name, wall=self.clock.wall)  # never started
         self.stuck_terminating: set[str] = set()
+        self.disrupted_in_a_row: dict[str, int] = {}
         self.deaths = Deaths()  # where the controller's workers and parts report an unexpected end
         self.events = FakeEvents()
         self.influx: ResultSink | None = None

@@ -50,6 +50,7 @@ def test_every_key_is_read_from_its_camel_case_name() -> None:
                               "labelAllowlist": ["severity"], "labelDenylist": ["category"], "labelValueMaxLength": 9},
         "metricsStyle": "v3", "healthCheckDefaults": {"runInterval": "5m", "timeout": "1m"},
         "tlsCertFile": "/tls/tls.crt", "tlsKeyFile": "/tls/tls.key", "listenAddressTLS": "127.0.0.1:9443",
+        "sidecarContainers": ["vault-agent", " log-shipper", "vault-agent"],
     }, ENV)
     assert (c.listen_host, c.listen_port, c.enable_force_master, c.log_level) == ("127.0.0.1", 9000, True, "debug")
     assert (c.enable_influx, c.influx_url, c.influx_username, c.influx_password, c.influx_db) == (
@@ -65,6 +66,8 @@ def test_every_key_is_read_from_its_camel_case_name() -> None:
     assert c.metrics_style == "v3" and (c.healthcheck_run_interval, c.healthcheck_timeout) == (300, 60)
     assert (c.tls_cert_file, c.tls_key_file, c.listen_tls_host, c.listen_tls_port) == (
         "/tls/tls.crt", "/tls/tls.key", "127.0.0.1", 9443)
+    assert c.sidecar_containers == ("vault-agent", "log-shipper")
+    assert from_mapping({"sidecarContainers": "a, b"}, ENV).sidecar_containers == ("a", "b")
 
 
 def test_the_reporting_url_env_var_wins_over_the_config_key() -> None:
@@ -117,6 +120,8 @@ def test_the_influx_password_env_var_wins_over_the_config_key_and_is_never_shown
     ({"tlsKeyFile": "/tls/tls.key"}, "tlsKeyFile"),
     ({"tlsCertFile": "/c", "tlsKeyFile": "/k", "listenAddressTLS": ":8080"}, "listenAddressTLS"),
     ({"externalCheckReportingURL": "kuberhealthy/externalCheckStatus"}, "externalCheckReportingURL"),
+    ({"sidecarContainers": ["Istio_Proxy"]}, "sidecarContainers"),
+    ({"sidecarContainers": {"istio-proxy": True}}, "sidecarContainers"),
 ])
 def test_a_bad_value_is_an_error_that_names_its_key(raw: dict[str, Any], key: str) -> None:
     with pytest.raises(ConfigError) as err:

@@ -7,7 +7,8 @@ kind of check (a khcheck, its state in a khstate; a HealthCheck, its state in it
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
+import dataclasses
+from collections.abc import Callable, Iterator
 from concurrent import futures
 from typing import Any, Generic, Protocol
 
@@ -17,7 +18,7 @@ from kuberhealthy.base.errors import Unreachable
 from kuberhealthy.kube import HEALTHCHECKS, KHSTATES, PODS, Api, Cache, Obj, Resource
 from kuberhealthy.needs import ControlNeeds, ReaperNeeds, RunNeeds, WebNeeds
 from kuberhealthy.records import khstate
-from kuberhealthy.records.checkpod import build_pod
+from kuberhealthy.records.checkpod import SIDECARS_ANNOTATION, build_pod
 from kuberhealthy.records.checkspec import CheckSpec
 from kuberhealthy.run.runner import Outcome, Phase, Runner, RunResult
 from testbed.fakes import KINDS, NODE, NS, REPORTING_URL, FakeServices, FakeStop, Subject, report
@@ -450,17 +451,20 @@ def test_a_failed_init_container_fails_the_run_and_says_which_one_exited_how(
                                    f"checker pod {result.pod} init container setup exited 1")
 
 
-def test_a_checker_evicted_by_its_node_under_pressure_fails_and_says_so(fake_services: FakeServices) -> None:
-    """The kubelet's own eviction sets no deletionTimestamp: the pod just fails, with the reason."""
+def test_a_checker_evicted_by_its_node_under_pressure_is_skipped_as_disrupted_and_says_so(
+        fake_services: FakeServices) -> None:
+    """The kubelet's own eviction sets no deletionTimestamp: the pod just fails, with the reason. The
+    cluster's housekeeping, not the check: skipped (pod-disrupted), with an Event."""
     run = Run(fake_services)
     pod = fake_services.kubelet.run(run.pod())
     ended(fake_services, pod, reason="Evicted", message="The node was low on resource: memory. " + "x" * 500,
           containerStatuses=[terminated("main", 137, "Error")])
     result = run.result()
-    assert result.outcome is Outcome.FAILED
-    why = state(fake_services).errors[1]
-    assert why.startswith(f"checker pod {result.pod}: Evicted: The node was low on resource: memory.")
-    assert len(why) < 300
+    assert result.outcome is Outcome.SKIPPED and result.skip_reason == "pod-disrupted"
+    assert state(fake_services).errors == ()
+    assert skipped_count(fake_services.stats, "pod-disrupted") == 1
+    [detail] = [e[2] for e in fake_services.events.recorded if e[0] == "CheckPodDisrupted"]
+    assert detail.startswith("1: Evicted: The node was low on resource: memory.") and len(detail) < 300
 
 
 def test_a_checker_that_exits_0_without_reporting_fails_and_says_it_exited_0(fake_services: FakeServices) -> None:
@@ -622,3 +626,211 @@ def test_reported_and_failed_runs_are_forwarded_to_influx_and_skipped_ones_are_n
     assert points.points == [
         (NS, "probe", False, ["disk full"]),
         (NS, "probe", False, list(execution_error("error when waiting for pod to start: ErrImagePull")))]
+
+
+# --- sidecars that never exit, and disruptions (Kubernetes 1.26+ clusters) --------------------------------
+
+MESHED_POD = {"containers": [{"name": "main", "image": "kh-sim/ok"}, {"name": "istio-proxy", "image": "proxy"}]}
+
+
+def meshed(services: FakeServices, kind: str, **pod_spec: Any) -> Subject:
+    """A check whose pod has a mesh's proxy beside the checker (or what `pod_spec` says)."""
+    return Subject(services, kind, "meshed", timeout="60s", podSpec={**MESHED_POD, **pod_spec})
+
+
+def checker_over(services: FakeServices, pod: Obj, code: int = 0, reason: str = "Completed",
+                 sidecar: str = "istio-proxy", phase: str = "Running") -> Obj:
+    """The checker container terminated; the sidecar runs on, so the pod stays `phase`."""
+    def change(p: Obj) -> None:
+        p["status"]["phase"] = phase
+        p["status"]["containerStatuses"] = [terminated("main", code, reason),
+                                            {"name": sidecar, "state": {"running": {}}}]
+    return services.api.edit(PODS, NS, pod["metadata"]["name"], change)
+
+
+def disrupted(services: FakeServices, pod: Obj, reason: str = "EvictionByEvictionAPI",
+              message: str = "Eviction API: evicting", deleting: bool = True) -> Obj:
+    """The DisruptionTarget condition a 1.26+ control plane or kubelet writes, and (but for a kubelet's
+    own eviction) the deletionTimestamp that comes with it."""
+    def change(p: Obj) -> None:
+        p["status"].setdefault("conditions", []).append(
+            {"type": "DisruptionTarget", "status": "True", "reason": reason, "message": message})
+        if deleting:
+            p["metadata"]["deletionTimestamp"] = stamp(services.clock)
+    return services.api.edit(PODS, NS, pod["metadata"]["name"], change)
+
+
+def annotate(annotations: dict[str, str]) -> Callable[[Obj], None]:
+    """An edit of a pod that adds these annotations (as a webhook or the author puts them on it)."""
+    def change(p: Obj) -> None:
+        p["metadata"].setdefault("annotations", {}).update(annotations)
+    return change
+
+
+def deletes_of(services: FakeServices, pod: Obj) -> list[Any]:
+    return [c for c in services.api.made(None, PODS) if c.method in ("delete", "evict_pod")
+            and c.name == pod["metadata"]["name"]]
+
+
+def reported_beside_a_proxy(services: FakeServices, kind: str) -> tuple[Subject, Run, Obj]:
+    """A meshed check's run whose checker reported OK: the run waits in EXIT."""
+    check = meshed(services, kind)
+    run = Run(services, check.spec)
+    pod = services.kubelet.run(run.pod())
+    report(services, pod, ok=True)
+    run.reached(Phase.EXIT)
+    return check, run, pod
+
+
+def test_a_checker_that_reported_beside_a_sidecar_that_never_exits_is_recorded_and_its_pod_ended(
+        fake_services: FakeServices, subject: Subject) -> None:
+    check, run, pod = reported_beside_a_proxy(fake_services, subject.kind)
+    checker_over(fake_services, pod)
+    result = run.result()  # no clock moved: within seconds, not at the timeout
+    assert result.outcome is Outcome.REPORTED
+    assert check.state().ok is True and check.state().node == NODE
+    assert gone(fake_services, pod)  # the run ended the pod the sidecar kept alive
+
+
+def test_a_sidecar_named_by_the_pods_annotation_or_the_config_does_not_hold_the_run(
+        fake_services: FakeServices, subject: Subject) -> None:
+    for name, sidecar in (("annotated", "vault-agent"), ("configured", "log-shipper")):
+        if name == "configured":
+            fake_services.config = dataclasses.replace(fake_services.config, sidecar_containers=("log-shipper",))
+        pod_spec = {"containers": [{"name": "main", "image": "kh-sim/ok"}, {"name": sidecar, "image": "agent"}]}
+        check = Subject(fake_services, subject.kind, name, timeout="60s", podSpec=pod_spec)
+        run = Run(fake_services, check.spec)
+        pod = fake_services.kubelet.run(run.pod())
+        if name == "annotated":  # as a webhook or the author puts it on the pod
+            fake_services.api.edit(PODS, NS, pod["metadata"]["name"], annotate({SIDECARS_ANNOTATION: f" x, {sidecar}"}))
+        report(fake_services, pod, ok=True)
+        run.reached(Phase.EXIT)
+        checker_over(fake_services, pod, sidecar=sidecar)
+        assert run.result().outcome is Outcome.REPORTED, name
+        assert gone(fake_services, pod), name
+
+
+def test_a_checker_that_crashes_beside_a_sidecar_fails_at_once_with_its_own_exit(
+        fake_services: FakeServices, subject: Subject) -> None:
+    check = meshed(fake_services, subject.kind)
+    run = Run(fake_services, check.spec)
+    pod = fake_services.kubelet.run(run.pod())
+    fake_services.api.logs[(NS, pod["metadata"]["name"])] = "dialing the service\npanic: no route to host\n"
+    checker_over(fake_services, pod, code=3, reason="Error")
+    result = run.result()  # no clock moved: not at the timeout
+    assert result.outcome is Outcome.FAILED and result.phase is Phase.REPORT
+    assert check.state().errors == (*execution_error("timed out waiting for checker pod to report in", "meshed"),
+                                    f"checker pod {result.pod} container main exited 3")
+    assert gone(fake_services, pod)
+    [entry] = check.history()
+    assert "panic: no route to host" in entry.get("logs", "")  # read before the pod was ended
+    log_reads = fake_services.api.made("pod_log")
+    assert log_reads and all((c.body or {}).get("container") == "main" for c in log_reads)  # not the proxy's
+
+
+def test_a_checker_that_reported_and_never_exits_beside_a_sidecar_still_times_out_waiting_for_exit(
+        fake_services: FakeServices, subject: Subject) -> None:
+    check, run, _ = reported_beside_a_proxy(fake_services, subject.kind)
+    fake_services.clock.advance(PAST_DEADLINE)
+    run.runner.wake()
+    result = run.result()
+    assert result.outcome is Outcome.FAILED and result.phase is Phase.EXIT
+    assert check.state().errors == execution_error("timed out waiting for pod to exit", "meshed")
+
+
+def test_a_sidecars_exit_never_decides_the_run_nor_its_errors(fake_services: FakeServices, subject: Subject) -> None:
+    """A native sidecar (an init container with restartPolicy Always) the kubelet stopped with SIGTERM,
+    and a checker that exited 0 without reporting: the checker's exit is the one told."""
+    check = meshed(fake_services, subject.kind, initContainers=[
+        {"name": "proxy", "image": "proxy", "restartPolicy": "Always"}])
+    run = Run(fake_services, check.spec)
+    pod = fake_services.kubelet.run(run.pod())
+    ended(fake_services, pod, initContainerStatuses=[terminated("proxy", 143, "Error")],
+          containerStatuses=[terminated("main", 0, "Completed"), terminated("istio-proxy", 137, "Error")])
+    result = run.result()
+    assert result.outcome is Outcome.FAILED
+    assert check.state().errors[1] == f"checker pod {result.pod} container main exited 0 without reporting"
+
+
+def test_a_native_sidecar_still_stopping_does_not_hold_a_run_that_reported(
+        fake_services: FakeServices, subject: Subject) -> None:
+    """The kubelet stops native sidecars itself: the run goes on once the checker is over, and leaves
+    the pod to the kubelet (no delete of its own)."""
+    check = Subject(fake_services, subject.kind, "native", timeout="60s", podSpec={
+        "initContainers": [{"name": "proxy", "image": "proxy", "restartPolicy": "Always"}],
+        "containers": [{"name": "main", "image": "kh-sim/ok"}]})
+    run = Run(fake_services, check.spec)
+    pod = fake_services.kubelet.run(run.pod())
+    report(fake_services, pod, ok=True)
+    run.reached(Phase.EXIT)
+
+    def main_over(p: Obj) -> None:  # a 1.20 server dropped restartPolicy from the pod: known from the check
+        p["status"]["initContainerStatuses"] = [{"name": "proxy", "state": {"running": {}}}]
+        p["status"]["containerStatuses"] = [terminated("main", 0, "Completed")]
+    fake_services.api.edit(PODS, NS, pod["metadata"]["name"], main_over)
+    assert run.result().outcome is Outcome.REPORTED
+    assert not deletes_of(fake_services, pod) and not gone(fake_services, pod)
+
+
+@pytest.mark.parametrize("how", ["EvictionByEvictionAPI", "PreemptionByScheduler", "DeletionByTaintManager",
+                                 "TerminationByKubelet"])
+def test_a_checker_pod_disrupted_before_it_reported_skips_the_run_as_pod_disrupted(
+        fake_services: FakeServices, how: str) -> None:
+    run = Run(fake_services)
+    pod = fake_services.kubelet.run(run.pod())
+    disrupted(fake_services, pod, reason=how, deleting=how != "TerminationByKubelet")
+    result = run.result()
+    assert result.outcome is Outcome.SKIPPED and result.skip_reason == "pod-disrupted"
+    assert state(fake_services).errors == ()
+    assert skipped_count(fake_services.stats, "pod-disrupted") == 1
+    assert skipped_count(fake_services.stats, "pod-deleted") == 0
+    assert [e[2].split(":")[0:2] for e in fake_services.events.recorded if e[0] == "CheckPodDisrupted"] == [
+        ["1", f" {how}"]]
+
+
+def test_a_checker_pod_disrupted_after_it_reported_keeps_its_result(fake_services: FakeServices) -> None:
+    run = Run(fake_services)
+    pod = fake_services.kubelet.run(run.pod())
+    report(fake_services, pod, ok=False, errors=["dns slow"])
+    run.reached(Phase.EXIT)
+    disrupted(fake_services, pod)
+    result = run.result()
+    assert result.outcome is Outcome.REPORTED
+    assert state(fake_services).errors == ("dns slow",) and state(fake_services).node == NODE
+    assert skipped_count(fake_services.stats, "pod-disrupted") == 0
+
+
+def test_three_disrupted_runs_in_a_row_fail_the_third_and_a_judged_run_breaks_the_streak(
+        fake_services: FakeServices) -> None:
+    def disrupted_run() -> RunResult:
+        run = Run(fake_services)
+        pod = fake_services.kubelet.run(run.pod())
+        disrupted(fake_services, pod, reason="TerminationByKubelet", message="The node was low on resource: memory.",
+                  deleting=False)
+        result = run.result()
+        fake_services.api.delete(PODS, NS, pod["metadata"]["name"])
+        fake_services.clock.advance(1.0)  # the next run's pod gets a new name
+        return result
+
+    assert [disrupted_run().outcome for _ in range(2)] == [Outcome.SKIPPED, Outcome.SKIPPED]
+    run = Run(fake_services)
+    pod = fake_services.kubelet.run(run.pod())
+    report(fake_services, pod, ok=True)
+    fake_services.kubelet.finish(pod)
+    assert run.result().outcome is Outcome.REPORTED  # judged: the streak starts again
+    fake_services.api.delete(PODS, NS, pod["metadata"]["name"])
+    fake_services.clock.advance(1.0)
+    assert [disrupted_run().outcome for _ in range(3)] == [Outcome.SKIPPED, Outcome.SKIPPED, Outcome.FAILED]
+    assert state(fake_services).errors[0] == execution_error(
+        "checker pod disrupted 3 times in a row: TerminationByKubelet: The node was low on resource: memory.")[0]
+    assert skipped_count(fake_services.stats, "pod-disrupted") == 4
+
+
+def test_the_runs_own_eviction_is_not_taken_for_a_disruption(fake_services: FakeServices) -> None:
+    run = Run(fake_services)
+    pod = fake_services.kubelet.run(run.pod())
+    fake_services.clock.advance(PAST_DEADLINE)
+    run.runner.wake()
+    fake_services.until(lambda: deletes_of(fake_services, pod), "the run's eviction")
+    result = run.result()
+    assert result.outcome is Outcome.FAILED and result.skip_reason == ""

@@ -9,7 +9,17 @@ import pytest
 
 from kuberhealthy.control.reaper import Limits, pod_finished_at, pods_to_reap
 from kuberhealthy.records.checkpod import pod_check_index, pod_ip_index, pod_uuid_index, slim_pod
-from kuberhealthy.run.podstate import live, pending, start_failure, terminating, why_ended
+from kuberhealthy.run.podstate import (
+    checkers_done,
+    disruption,
+    live,
+    pending,
+    sidecars_of,
+    sidecars_running,
+    start_failure,
+    terminating,
+    why_ended,
+)
 from kuberhealthy.web.report.finder import CallerFinder, UnknownCaller
 
 
@@ -57,13 +67,45 @@ VARIANTS = [
         containerStatuses=[{"name": "main", "state": {"waiting": {"reason": "PodInitializing"}}}]),
     pod("Failed", reason="Evicted", message="The node was low on resource: memory. " + "x" * 500),
 ]
+PREEMPTED = pod("Running", conditions=[{"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler",
+                                        "message": "default-scheduler preempting " + "x" * 500,
+                                        "lastTransitionTime": "2026-12-01T08:00:10Z"}])
+NOT_DISRUPTED = pod("Running", conditions=[{"type": "DisruptionTarget", "status": "False", "reason": "Nothing"}])
+
+
+def meshed(annotation: str = "", native: bool = False) -> dict[str, Any]:
+    """A pod whose checker is over while its sidecars run: a proxy container, maybe an annotated agent, a
+    native sidecar (restartPolicy Always: a 1.29 server keeps it on the pod)."""
+    full = pod("Running", containerStatuses=[
+        {"name": "main", "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}},
+        {"name": "istio-proxy", "state": {"running": {"startedAt": "x"}}},
+        {"name": "vault-agent", "state": {"running": {"startedAt": "x"}}}])
+    full["spec"]["containers"] += [{"name": "istio-proxy", "image": "proxy"}, {"name": "vault-agent", "image": "v"}]
+    if annotation:
+        full["metadata"]["annotations"]["kuberhealthy.github.io/sidecars"] = annotation
+    if native:
+        full["spec"]["initContainers"] = [{"name": "agent", "image": "a", "restartPolicy": "Always"},
+                                          {"name": "setup", "image": "s"}]
+    return full
+
+
+VARIANTS += [PREEMPTED, NOT_DISRUPTED, meshed(), meshed("vault-agent"), meshed(" vault-agent ,x", native=True)]
+
+
+def checkers_over(p: dict[str, Any]) -> bool:
+    return checkers_done(p, sidecars_of(p))
+
+
+def sidecars_left(p: dict[str, Any]) -> list[str]:
+    return sidecars_running(p, sidecars_of(p))
 
 
 @pytest.mark.parametrize("full", VARIANTS)
 def test_every_decision_is_the_same_on_the_slim_pod(full: dict[str, Any]) -> None:
     slim = slim_pod(copy.deepcopy(full))
     for decide in (live, pending, start_failure, terminating, why_ended, pod_finished_at,
-                   pod_ip_index, pod_uuid_index, pod_check_index):
+                   pod_ip_index, pod_uuid_index, pod_check_index, sidecars_of, disruption, checkers_over,
+                   sidecars_left):
         assert decide(slim) == decide(full), decide.__name__
     assert CallerFinder.validate(slim, "s") == CallerFinder.validate(full, "s")
     limits = Limits(max_completed_pods=0, max_error_pods=0, max_pod_age=10.0, max_khjob_age=900.0)
@@ -83,3 +125,29 @@ def test_a_pod_without_the_uuid_env_is_still_refused_after_the_transform() -> No
     full["spec"]["containers"][0]["env"] = [{"name": "OTHER", "value": "1"}]
     with pytest.raises(UnknownCaller):
         CallerFinder.validate(slim_pod(full), "s")
+
+
+def test_sidecars_are_the_mesh_proxies_the_annotated_the_configured_and_the_native_ones() -> None:
+    assert sidecars_of(meshed()) >= {"istio-proxy", "linkerd-proxy", "cilium-envoy"}
+    assert "vault-agent" not in sidecars_of(meshed()) and "vault-agent" in sidecars_of(meshed("vault-agent"))
+    assert {"vault-agent", "x", "agent"} <= sidecars_of(meshed(" vault-agent ,x", native=True))
+    assert "setup" not in sidecars_of(meshed(native=True))  # an init container that runs to its end
+    assert "shipper" in sidecars_of(pod(), ("shipper",))
+    assert not checkers_over(meshed()) and sidecars_left(meshed()) == []  # vault-agent is a checker here
+    assert checkers_over(meshed("vault-agent")) and sidecars_left(meshed("vault-agent")) == ["istio-proxy",
+                                                                                             "vault-agent"]
+
+
+def test_a_pod_of_sidecars_only_never_counts_as_a_checker_that_is_over() -> None:
+    only = pod("Running", containerStatuses=[{"name": "istio-proxy", "state": {"terminated": {"exitCode": 0}}}])
+    only["spec"]["containers"] = [{"name": "istio-proxy", "image": "proxy"}]
+    assert not checkers_over(only)
+
+
+def test_a_disruption_is_the_true_disruption_target_or_a_kubelets_eviction_or_shutdown() -> None:
+    assert disruption(PREEMPTED).startswith("PreemptionByScheduler: default-scheduler preempting")
+    assert disruption(NOT_DISRUPTED) == ""  # status False
+    assert disruption(pod("Failed", reason="Evicted", message="low on memory")) == "Evicted: low on memory"
+    assert disruption(pod("Failed", reason="Terminated")) == "Terminated"
+    assert disruption(pod("Failed", reason="DeadlineExceeded")) == ""
+    assert disruption(pod("Running", reason="Evicted")) == ""  # not over: not the kubelet's eviction
