@@ -1,2 +1,3 @@
 """The test cluster: a real kube-apiserver + etcd on loopback, its CRDs, the objects made in it and
-their bodies, loopback addresses, a watch of checker pods."""
+their bodies, loopback addresses, a watch of checker pods, and a Pod Security Standards judge of pod
+specs."""

@@ -76,9 +76,10 @@ The URL checker pods report to. Empty when the daemon's own default
 {{- end -}}
 {{- end -}}
 
-{{/* policy/v1 PodDisruptionBudget from Kubernetes 1.21, policy/v1beta1 before. */}}
+{{/* policy/v1 PodDisruptionBudget from Kubernetes 1.21, policy/v1beta1 (removed in 1.25) before. `helm install`
+knows the server's API versions; `helm template` knows only --kube-version (its API versions are Helm's own). */}}
 {{- define "kuberhealthy.pdbApiVersion" -}}
-{{- if .Capabilities.APIVersions.Has "policy/v1" -}}
+{{- if and (.Capabilities.APIVersions.Has "policy/v1") (semverCompare ">=1.21-0" .Capabilities.KubeVersion.Version) -}}
 policy/v1
 {{- else -}}
 policy/v1beta1
@@ -87,6 +88,11 @@ policy/v1beta1
 
 {{/*
 The parts every bundled check's podSpec shares. Call with (dict "root" $ "check" .Values.check.x).
+With securityContext.enabled (the default) a bundled check's pod meets the Pod Security Standards'
+restricted profile: non-root with a non-zero runAsUser (an upstream checker image may name no user, and
+the kubelet refuses runAsNonRoot for an image running as root unless runAsUser names another),
+the runtime's default seccomp profile, and (checkContainer) no privilege escalation and every capability
+dropped. Without it the pod carries no securityContext at all and runs as its image says.
 */}}
 {{- define "kuberhealthy.checkPodSecurity" -}}
 {{- if .root.Values.securityContext.enabled }}
@@ -94,6 +100,8 @@ securityContext:
   runAsNonRoot: {{ .root.Values.securityContext.runAsNonRoot }}
   runAsUser: {{ .root.Values.securityContext.runAsUser }}
   fsGroup: {{ .root.Values.securityContext.fsGroup }}
+  seccompProfile:
+    type: RuntimeDefault
 {{- end }}
 {{- with .root.Values.imagePullSecrets }}
 imagePullSecrets:
@@ -121,6 +129,9 @@ resources:
 securityContext:
   allowPrivilegeEscalation: {{ .root.Values.securityContext.allowPrivilegeEscalation }}
   readOnlyRootFilesystem: {{ .root.Values.securityContext.readOnlyRootFilesystem }}
+  capabilities:
+    drop:
+      - ALL
 {{- end }}
 {{- end -}}
 
@@ -204,7 +215,7 @@ with, one "- key: what to do instead" line each for those the values set. NOTES.
   "namespace" "the release namespace is used: helm install --namespace"
   "stateMetadata" "no equivalent: khstates carry no extra metadata"
   "podSecurityPolicy" "PodSecurityPolicies are gone since Kubernetes 1.25; the pods are hardened by securityContext"
-  "securityContext.seccompProfile" "the daemon's pods always run RuntimeDefault; bundled checks get none"
+  "securityContext.seccompProfile" "every pod of the chart runs RuntimeDefault (the bundled checks while securityContext.enabled)"
   "prometheus.grafanaDashboard" "use grafana.dashboards"
   "prometheus.enableAlerting" "use prometheus.prometheusRule.enabled"
   "prometheus.enableScraping" "use prometheus.enabled"
