@@ -15,13 +15,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from kuberhealthy.base.copies import json_copy
-from kuberhealthy.base.errors import ApiError, Conflict, NotFound, Unreachable, is_transient
+from kuberhealthy.base.errors import ApiError, BadRequest, Conflict, NotFound, Unreachable, is_transient
 from kuberhealthy.kube.client import READ_TIMEOUT, Kube, Obj
 
 logger = logging.getLogger(__name__)
 
 GROUP = "comcast.github.io"
 UPDATE_ATTEMPTS = 8  # conflicts update_with_retry takes before it gives up
+RETRY_PREFERRED = 3600.0  # seconds a server's refusal of a preferred version is remembered (it may be upgraded)
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,24 @@ LEASES = Resource("leases", "coordination.k8s.io")
 EVENTS = Resource("events")
 TOKENREVIEWS = Resource("tokenreviews", "authentication.k8s.io", namespaced=False)
 DEPLOYMENTS = Resource("deployments", "apps")  # only for stopping a release before uninstall
+
+
+@dataclass(frozen=True)
+class Versions:
+    """The versions of a kind sent as a request body rather than named by a Resource's path: the preferred
+    one (served by the newest Kubernetes), and older ones asked only of a server that cannot read it."""
+
+    kind: str
+    preferred: str
+    fallbacks: tuple[str, ...] = ()
+
+    @property
+    def in_order(self) -> tuple[str, ...]:
+        return (self.preferred, *self.fallbacks)
+
+
+# POSTed to pods/<name>/eviction: policy/v1 from Kubernetes 1.22; before, policy/v1beta1 (unlisted from 1.25 on).
+EVICTION = Versions("Eviction", "policy/v1", ("policy/v1beta1",))
 FOREIGN = "foreign"  # evict_pod: the pod under that name is not the one meant (its uid differs); left alone
 
 
@@ -114,10 +133,11 @@ class PodLogFollow:
 class Resources:
     """CRUD on our resources through one Kube connection."""
 
-    def __init__(self, kube: Kube) -> None:
+    def __init__(self, kube: Kube, clock: Callable[[], float] = time.monotonic) -> None:
         self.kube = kube
         self._observers: dict[str, list[Callable[[Obj], None]]] = {}
-        self._eviction_versions: tuple[str, ...] = ("policy/v1", "policy/v1beta1")  # the one that works, first
+        self._clock = clock
+        self._eviction_refused_at: float | None = None  # when the server last could not read EVICTION.preferred
 
     def on_written(self, res: Resource, fn: Callable[[Obj], None]) -> None:
         """fn(obj) runs with the answer of every create, replace and patch of `res` made here (a cache's
@@ -249,20 +269,25 @@ class Resources:
             return False
 
     def evict_pod(self, namespace: str, name: str, uid: str | None = None, timeout: float = READ_TIMEOUT) -> str:
-        """Evict a pod, falling back from policy/v1 to policy/v1beta1 to a plain delete.
+        """Evict a pod (EVICTION's preferred version; an older one only where the server cannot read it),
+        else delete it.
 
         Returns how it went: "evicted", "deleted", "gone", or FOREIGN: `uid` (a precondition, in the
         eviction's deleteOptions and on the delete) is not the uid of the pod now under that name, so a
         pod the caller did not create is never touched. An unreachable API server ends the sequence at
         once (raised): the fallbacks are for servers that refuse a version, not for servers that are
-        away, where each would only wait out its own timeout.
+        away, where each would only wait out its own timeout. A server that refuses the eviction itself (a
+        PodDisruptionBudget, a webhook, RBAC) is not asked again in another version: the pod is deleted.
         """
-        for version in self._eviction_versions:
-            body: Obj = {"apiVersion": version, "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
+        for version in self._eviction_order():
+            body: Obj = {"apiVersion": version, "kind": EVICTION.kind,
+                         "metadata": {"name": name, "namespace": namespace}}
             if uid:
                 body["deleteOptions"] = {"preconditions": {"uid": uid}}
             try:
                 self.kube.request("POST", PODS.path(namespace, name, "eviction"), body=body, timeout=timeout)
+                if version == EVICTION.preferred:
+                    self._eviction_refused_at = None
                 return "evicted"
             except NotFound:
                 # The eviction subresource is served everywhere; an unknown body version is a 4xx/5xx
@@ -273,15 +298,25 @@ class Resources:
                     logger.debug("Not evicting %s/%s: %s", namespace, name, e)
                     return FOREIGN
                 logger.debug("Eviction as %s failed for %s/%s: %s", version, namespace, name, e)
+                break
             except ApiError as e:
                 if is_transient(e) and e.status in (0, 503, 504):
                     raise
                 logger.debug("Eviction as %s failed for %s/%s: %s", version, namespace, name, e)
-                if e.status == 400 and version == self._eviction_versions[0] and len(self._eviction_versions) > 1:
-                    # The server does not know this version (policy/v1 before 1.22): ask the next one first
-                    # from now on, rather than two requests for every eviction.
-                    self._eviction_versions = (*self._eviction_versions[1:], version)
+                if e.status != BadRequest.status:
+                    break
+                # 400: the server cannot read an Eviction of this version (policy/v1 before 1.22). Ask the
+                # next one, and ask that first for a while rather than two requests for every eviction.
+                if version == EVICTION.preferred:
+                    self._eviction_refused_at = self._clock()
         return "deleted" if self.delete(PODS, namespace, name, uid=uid, timeout=timeout) else "gone"
+
+    def _eviction_order(self) -> tuple[str, ...]:
+        """EVICTION's versions, the preferred first unless the server could not read it lately."""
+        refused = self._eviction_refused_at
+        if refused is not None and self._clock() - refused < RETRY_PREFERRED:
+            return (*EVICTION.fallbacks, EVICTION.preferred)
+        return EVICTION.in_order
 
     def update_with_retry(self, res: Resource, namespace: str, name: str,
                           mutate: Callable[[Obj | None], Obj | None], *,

@@ -951,8 +951,10 @@ def test_the_helm_test_pod_names_the_variables_the_kubelet_makes_from_a_renamed_
 
 # --- OpenAPI schemas: the test bed's Kubernetes and a current one ---------------------------------------------
 
-# No schema for the Prometheus operator's kinds is available offline (their CRDs are installed nowhere here).
-NO_SCHEMA = {"ServiceMonitor", "PrometheusRule"}
+# No schema for the Prometheus operator's kinds is available offline (their CRDs are installed nowhere here):
+# their version is the one the operator's CRDs serve.
+OPERATOR_KINDS = {"ServiceMonitor": "monitoring.coreos.com/v1", "PrometheusRule": "monitoring.coreos.com/v1"}
+NO_SCHEMA = set(OPERATOR_KINDS)
 CURRENT_K8S = kubernetes_validate.latest_version()  # the newest Kubernetes kubernetes-validate has schemas for
 CHECK_KINDS = ("KuberhealthyCheck", "KuberhealthyJob")
 
@@ -987,13 +989,15 @@ def _checker_pod(obj: dict[str, Any]) -> dict[str, Any]:
             "spec": obj["spec"]["podSpec"]}
 
 
-@pytest.mark.parametrize("values", VARIATIONS.values(), ids=VARIATIONS.keys())
-def test_every_rendered_object_matches_the_openapi_schema_of_a_current_kubernetes(
-        helm: Helm, values: tuple[str, ...]) -> None:
-    objs = helm.template(*values, extra=("--kube-version", CURRENT_K8S))
-    problems, validated = [], 0
+def _schema_problems(objs: list[dict[str, Any]]) -> list[str]:
+    """Why each object does not match the current Kubernetes' schemas: strict, so an unknown field fails, and an
+    apiVersion the current Kubernetes no longer serves (or a kind it never had there) has no schema at all."""
+    problems = []
     for obj in objs:
         if obj["kind"] in NO_SCHEMA:
+            if obj["apiVersion"] != OPERATOR_KINDS[obj["kind"]]:
+                problems.append(f"{obj['kind']}/{obj['metadata']['name']} at apiVersion: {obj['apiVersion']}, "
+                                f"not {OPERATOR_KINDS[obj['kind']]}")
             continue
         try:
             if obj["kind"] in CHECK_KINDS:
@@ -1001,11 +1005,17 @@ def test_every_rendered_object_matches_the_openapi_schema_of_a_current_kubernete
                 kubernetes_validate.validate(_checker_pod(obj), CURRENT_K8S, strict=True)
             else:
                 kubernetes_validate.validate(obj, CURRENT_K8S, strict=True)
-            validated += 1
         except (jsonschema.ValidationError, kubernetes_validate.SchemaNotFoundError) as e:
             problems.append(_why(obj, e))
-    assert problems == []
-    assert validated == len([o for o in objs if o["kind"] not in NO_SCHEMA]) > 0
+    return problems
+
+
+@pytest.mark.parametrize("values", VARIATIONS.values(), ids=VARIATIONS.keys())
+def test_every_rendered_object_matches_the_openapi_schema_of_a_current_kubernetes(
+        helm: Helm, values: tuple[str, ...]) -> None:
+    objs = helm.template(*values, extra=("--kube-version", CURRENT_K8S))
+    assert _schema_problems(objs) == []
+    assert [o for o in objs if o["kind"] not in NO_SCHEMA]
 
 
 def test_strict_schema_validation_catches_a_misspelt_field() -> None:
@@ -1073,6 +1083,11 @@ def test_every_rendered_object_matches_the_openapi_schema_the_test_beds_api_serv
         args += ["--set", v]
     objs = [d for d in yaml.safe_load_all(helm.run(*args, kubeconfig=cluster.kubeconfig).stdout) if d]
     assert {o["apiVersion"] for o in objs if o["kind"] == "PodDisruptionBudget"} <= {"policy/v1beta1"}
+    assert _served_problems(served_schemas, objs) == []
+
+
+def _served_problems(served_schemas: ServedSchemas, objs: list[dict[str, Any]]) -> list[str]:
+    """Each object (and a check's checker pod) against the schemas the test bed's API server publishes."""
     problems = []
     for obj in objs:
         try:
@@ -1081,13 +1096,99 @@ def test_every_rendered_object_matches_the_openapi_schema_the_test_beds_api_serv
                 served_schemas.validate(_checker_pod(obj))
         except jsonschema.ValidationError as e:
             problems.append(_why(obj, e))
-    assert problems == []
+    return problems
 
 
 def test_the_served_schemas_are_strict_enough_to_catch_a_misspelt_field(served_schemas: ServedSchemas) -> None:
     with pytest.raises(jsonschema.ValidationError, match="imagePullPolisy"):
         served_schemas.validate({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"}, "spec": {
             "containers": [{"name": "c", "image": "i", "imagePullPolisy": "Always"}]}})
+
+
+# --- Every optional template on: nothing the newest Kubernetes removed, what the test bed's serves --------------
+
+# The keys of values.yaml that switch a part of the chart on, wherever they sit: a new switch is covered as it
+# is added (and a template no switch turns on fails the first test below).
+SWITCH_KEYS = ("enabled", "allNamespaces")
+
+
+def _switches(values: dict[str, Any], path: str = "") -> Iterator[str]:
+    for key, value in values.items():
+        if isinstance(value, dict):
+            yield from _switches(value, f"{path}{key}.")
+        elif key in SWITCH_KEYS and isinstance(value, bool):
+            yield f"{path}{key}"
+
+
+ALL_ON = tuple(f"{key}=true" for key in _switches(yaml.safe_load((CHART / "values.yaml").read_text(encoding="utf-8"))))
+
+
+def _render_all_on(helm: Helm, kube_version: str) -> tuple[list[dict[str, Any]], set[str]]:
+    """Every switch on and the CRDs included, for `kube_version`: the objects, and the chart's files they came
+    from."""
+    args = ["template", "kh", str(CHART), "--namespace", "monitoring", "--include-crds", "--kube-version",
+            kube_version]
+    for value in ALL_ON:
+        args += ["--set", value]
+    out = helm.run(*args).stdout
+    return [d for d in yaml.safe_load_all(out) if d], set(re.findall(r"^# Source: [^/]+/(.+)$", out, re.MULTILINE))
+
+
+def _key(obj: dict[str, Any]) -> tuple[str, str]:
+    return obj["kind"], obj["metadata"]["name"]
+
+
+def test_the_switches_found_in_values_yaml_turn_on_every_template_of_the_chart(helm: Helm) -> None:
+    assert {"prometheus.enabled=true", "prometheus.serviceMonitor.enabled=true", "grafana.dashboards.enabled=true",
+            "prometheus.prometheusRule.enabled=true", "networkPolicy.enabled=true", "podDisruptionBudget.enabled=true",
+            "uninstallHook.enabled=true", "check.networkConnection.enabled=true",
+            "check.podStatus.allNamespaces=true"} <= set(ALL_ON)
+    _, sources = _render_all_on(helm, CURRENT_K8S)
+    files = {str(p.relative_to(CHART)) for p in CHART.glob("templates/**/*.yaml")} | \
+        {str(p.relative_to(CHART)) for p in CHART.glob("crds/*.yaml")}
+    assert files - sources == set()
+
+
+def test_with_every_switch_on_every_object_is_in_an_api_version_the_newest_kubernetes_serves(helm: Helm) -> None:
+    objs, _ = _render_all_on(helm, CURRENT_K8S)
+    assert _schema_problems(objs) == []
+    assert {o["kind"] for o in objs} >= {"PodDisruptionBudget", "NetworkPolicy", "Job", "Pod", "ClusterRole",
+                                         "CustomResourceDefinition", "ServiceMonitor", "PrometheusRule"}
+
+
+def test_with_every_switch_on_the_render_for_the_test_beds_kubernetes_takes_what_it_serves_only_where_needed(
+        helm: Helm, cluster: TestCluster, served_schemas: ServedSchemas) -> None:
+    version = str(cluster.request("GET", "/version")["gitVersion"])
+    assert version.startswith("v1.20.")
+    old, _ = _render_all_on(helm, version)
+    assert _served_problems(served_schemas, [o for o in old if o["kind"] not in NO_SCHEMA]) == []
+
+    # The chart picks an older version (on .Capabilities) only where this server lacks the current one.
+    newest = {_key(o): o["apiVersion"] for o in _render_all_on(helm, CURRENT_K8S)[0]}
+    switched = {_key(o): (o["apiVersion"], newest[_key(o)]) for o in old if o["apiVersion"] != newest[_key(o)]}
+    assert switched == {("PodDisruptionBudget", "kuberhealthy-pdb"): ("policy/v1beta1", "policy/v1")}
+    assert ("policy/v1", "PodDisruptionBudget") not in served_schemas.by_kind
+
+
+REMOVED: list[dict[str, Any]] = [
+    {"apiVersion": "extensions/v1beta1", "kind": "Ingress", "metadata": {"name": "old-ingress"},
+     "spec": {"backend": {"serviceName": "kuberhealthy", "servicePort": 80}}},
+    {"apiVersion": "policy/v1beta1", "kind": "PodSecurityPolicy", "metadata": {"name": "old-psp"},
+     "spec": {"seLinux": {"rule": "RunAsAny"}, "runAsUser": {"rule": "MustRunAsNonRoot"},
+              "supplementalGroups": {"rule": "RunAsAny"}, "fsGroup": {"rule": "RunAsAny"}}},
+    {"apiVersion": "policy/v1beta1", "kind": "PodDisruptionBudget", "metadata": {"name": "old-pdb"},
+     "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "kuberhealthy"}}}},
+    {"apiVersion": "batch/v1beta1", "kind": "CronJob", "metadata": {"name": "old-cronjob"},
+     "spec": {"schedule": "@hourly", "jobTemplate": {"spec": {"template": {"spec": {
+         "restartPolicy": "Never", "containers": [{"name": "c", "image": "i"}]}}}}}},
+    {"apiVersion": "monitoring.coreos.com/v1alpha1", "kind": "ServiceMonitor", "metadata": {"name": "old-sm"}},
+]
+
+
+def test_the_schema_check_refuses_objects_in_api_versions_that_were_removed() -> None:
+    problems = _schema_problems(REMOVED)
+    assert [p.split(" ")[0] for p in problems] == [f"{o['kind']}/{o['metadata']['name']}" for o in REMOVED]
+    assert all(o["apiVersion"] in p for p, o in zip(problems, REMOVED, strict=True))
 
 
 # --- the Grafana dashboard --------------------------------------------------------------------------------------
