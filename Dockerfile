@@ -8,6 +8,10 @@
 # `make image-test` passes a Debian-made one (mmdebstrap, python3 + python3-venv) when no container
 # registry is reachable. Any Debian-like base with python3 >= 3.10 and venv works.
 #
+# Nothing here names an architecture: `podman build --platform linux/arm64` builds the arm64 image on the
+# base's arm64 variant (pip takes that platform's wheels), under qemu-user-static on an amd64 machine.
+# `make image-multiarch` builds linux/amd64 and linux/arm64 into one OCI image index (docs/release.md).
+#
 # At run time the image needs no shell (exec-form ENTRYPOINT), runs as uid/gid 999 (the chart's
 # securityContext) and writes only to /tmp, so it works with readOnlyRootFilesystem.
 # RUN --mount needs BuildKit (Docker's default builder since 23.0) or buildah/podman.

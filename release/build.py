@@ -70,8 +70,9 @@ class Artifacts:
     client_wheel: str = ""
     client_skipped: str = ""        # why there is no client wheel
     chart: str = ""
-    image: str = ""                 # the local reference
+    image: str = ""                 # the local reference (a manifest list when `platforms` is set)
     engine: str = ""                # podman (private storage) or docker
+    platforms: dict[str, str] = field(default_factory=dict)  # platform -> its image's local tag, in `image`
     notes: list[str] = field(default_factory=list)     # said, not failed on
     problems: list[str] = field(default_factory=list)  # the release would be wrong
 
@@ -179,12 +180,14 @@ def engine_env(engine: str) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class ImageBuild:
-    """How to build the image: the engine (podman, docker), the base ("debian", "dockerfile" or an image)
-    and the local tag (default: LOCAL_IMAGE:<version>)."""
+    """How to build the image: the engine (podman, docker), the base ("debian", "dockerfile" or an image),
+    the local tag (default: LOCAL_IMAGE:<version>) and the platforms (none: the engine's own platform, one
+    image; else one image per platform in a manifest list, podman only: `hack/image.sh multiarch`)."""
 
     engine: str
     base: str
     local_tag: str = ""
+    platforms: tuple[str, ...] = ()
 
 
 def build_image(art: Artifacts, how: ImageBuild, log: Path) -> None:
@@ -195,10 +198,16 @@ def build_image(art: Artifacts, how: ImageBuild, log: Path) -> None:
         env["BASE_IMAGE"] = "debian"
     elif how.base != "dockerfile":
         env["BASE_IMAGE"] = how.base
+    if how.platforms and engine != "podman":
+        raise ReleaseError(f"an image for {','.join(how.platforms)} is built with podman (--engine podman), "
+                           f"not {engine}")
+    argv = (["bash", str(IMAGE_SH), "multiarch", tag, ",".join(how.platforms)] if how.platforms
+            else ["bash", str(IMAGE_SH), "build", tag])
     last = None
     for _attempt in (1, 2):  # a second try rides out a dropped download; a broken Dockerfile fails twice
         try:
-            proc = run(["bash", str(IMAGE_SH), "build", tag], env=env, timeout=900, what="hack/image.sh build")
+            # A foreign platform's base (mmdebstrap) and build steps run under qemu: minutes, not seconds.
+            proc = run(argv, env=env, timeout=3600 if how.platforms else 900, what=f"hack/image.sh {argv[2]}")
             log.write_text(proc.stdout + proc.stderr)
             break
         except ReleaseError as e:
@@ -206,14 +215,23 @@ def build_image(art: Artifacts, how: ImageBuild, log: Path) -> None:
     else:
         raise ReleaseError(str(last))
     art.image, art.engine = tag, engine
+    if how.platforms:
+        built = dict(line.removeprefix("PLATFORM_IMAGE=").split("=", 1) for line in proc.stdout.splitlines()
+                     if line.startswith("PLATFORM_IMAGE="))
+        if sorted(built) != sorted(how.platforms):
+            raise ReleaseError(f"hack/image.sh multiarch built {sorted(built)}, not {sorted(how.platforms)}")
+        art.platforms = built
 
 
 def push_image(art: Artifacts, dest: str, *, insecure: bool) -> None:
     """Push the local image to dest (registry/path:tag); plain HTTP with insecure (podman only)."""
     env = engine_env(art.engine)
-    if art.engine == "podman":
-        argv = ["podman", "push", "--quiet", *(["--tls-verify=false"] if insecure else []), art.image,
-                f"docker://{dest}"]
+    tls = ["--tls-verify=false"] if insecure else []
+    if art.platforms:  # the list and every image in it, as an OCI image index
+        run(["podman", "manifest", "push", "--quiet", "--all", "--format", "oci", *tls, art.image,
+             f"docker://{dest}"], env=env, timeout=1200, what="podman manifest push")
+    elif art.engine == "podman":
+        argv = ["podman", "push", "--quiet", *tls, art.image, f"docker://{dest}"]
         run(argv, env=env, timeout=600, what="podman push")
     else:
         run([art.engine, "tag", art.image, dest], env=env, timeout=60, what="docker tag")
@@ -222,9 +240,14 @@ def push_image(art: Artifacts, dest: str, *, insecure: bool) -> None:
 
 def remove_image(art: Artifacts) -> None:
     """Untag the local image (its layers stay in the cache for the next build)."""
-    if art.image:
-        subprocess.run([art.engine, "rmi", art.image], env=engine_env(art.engine), capture_output=True,
-                       timeout=120, check=False)
+    if not art.image:
+        return
+    env = engine_env(art.engine)
+    if art.platforms:
+        subprocess.run(["podman", "manifest", "rm", art.image], env=env, capture_output=True, timeout=120,
+                       check=False)
+    for tag in list(art.platforms.values()) or [art.image]:
+        subprocess.run([art.engine, "rmi", tag], env=env, capture_output=True, timeout=120, check=False)
 
 
 # --- the chart ------------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ enabled, nothing kept after `stop()`. Image pushes need `--tls-verify=false` (po
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -18,8 +19,10 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from testbed.cluster.loopback import free_port
 from testbed.procs import end_group
@@ -41,6 +44,21 @@ http:
   addr: {addr}
   secret: kh-release-rehearsal
 """
+
+
+# What a manifest request accepts: an image index or list, or one image's manifest (OCI or Docker's).
+MANIFEST_TYPES = ("application/vnd.oci.image.index.v1+json", "application/vnd.oci.image.manifest.v1+json",
+                  "application/vnd.docker.distribution.manifest.list.v2+json",
+                  "application/vnd.docker.distribution.manifest.v2+json")
+
+
+@dataclass(frozen=True)
+class Served:
+    """A manifest as the registry serves it."""
+
+    media_type: str      # the Content-Type header
+    digest: str          # the Docker-Content-Digest header, checked against the body
+    document: dict[str, Any]
 
 
 class RegistryError(RuntimeError):
@@ -133,6 +151,26 @@ class LocalRegistry:
             if e.code == 404:
                 return []
             raise
+
+    def manifest(self, repository: str, reference: str) -> Served:
+        """GET /v2/<repository>/manifests/<reference> (a tag or a digest), any manifest type."""
+        req = urllib.request.Request(f"http://{self.address}/v2/{repository}/manifests/{reference}",
+                                     headers={"Accept": ", ".join(MANIFEST_TYPES)})
+        with urllib.request.urlopen(req, timeout=30) as answer:
+            body = answer.read()
+            media_type = answer.headers.get_content_type()
+            digest = str(answer.headers["Docker-Content-Digest"])
+        if digest != f"sha256:{hashlib.sha256(body).hexdigest()}":
+            raise RegistryError(f"{repository}:{reference}: the body's digest is not {digest}")
+        return Served(media_type, digest, json.loads(body))
+
+    def blob(self, repository: str, digest: str) -> bytes:
+        """GET /v2/<repository>/blobs/<digest>, checked against the digest."""
+        with urllib.request.urlopen(f"http://{self.address}/v2/{repository}/blobs/{digest}", timeout=60) as answer:
+            body: bytes = answer.read()
+        if digest != f"sha256:{hashlib.sha256(body).hexdigest()}":
+            raise RegistryError(f"{repository}@{digest}: the blob's content has another digest")
+        return body
 
     def stop(self, keep_files: bool = False) -> None:
         if self.proc is not None:

@@ -3,12 +3,14 @@
     python -m release rehearse [--node auto|always|never] [--node-lock FILE] [--out DIR]
                                        [--containerd-hosts auto|write|no]
     python -m release build --out dist [--engine docker|podman] [--base debian|dockerfile|IMAGE]
-                                    [--expect-tag v0.1.0]
+                                    [--expect-tag v0.1.0] [--platforms linux/amd64,linux/arm64]
+    python -m release multiarch [--platforms linux/amd64,linux/arm64] [--base debian|IMAGE] [--out DIR]
     python -m release push --out dist [--image-repo ghcr.io/kuberhealthy-py/kuberhealthy]
                                    [--chart-repo oci://ghcr.io/kuberhealthy-py/charts] [--tag TAG]
 
-`build` and `push` are release/build.py's (the release workflow runs them). `rehearse` builds,
-then checks what was built as a user gets it:
+`build` and `push` are release/build.py's (the release workflow runs them); `multiarch` is
+release/multiarch.py's (the image for several platforms, checked over HTTP: `make image-multiarch`).
+`rehearse` builds, then checks what was built as a user gets it:
 
 1. registry: Debian's docker-registry started by hand on 127.0.0.1 (release/registry.py);
 2. push: the image (`podman push --tls-verify=false`) as <registry>/kuberhealthy-py/kuberhealthy:<appVersion>
@@ -64,6 +66,8 @@ from release.build import (
     remove_image,
     run,
 )
+from release.multiarch import PLATFORMS
+from release.multiarch import main as multiarch_main
 from release.registry import LocalRegistry
 from testbed.cluster.apiserver import TestCluster, cleanup, start_cluster
 from testbed.cluster.objects import create_namespace
@@ -372,6 +376,10 @@ def _helm(home: Path) -> Helm:
     return Helm(binary, home)
 
 
+def _platforms(text: str) -> tuple[str, ...]:
+    return tuple(p.strip() for p in text.split(",") if p.strip())
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m release", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -389,6 +397,13 @@ def main(argv: list[str] | None = None) -> int:
     bld.add_argument("--base", default="debian", help="debian (hack/image.sh's Debian-made base), dockerfile "
                      "(the Dockerfile's python:3.11-slim) or an image reference")
     bld.add_argument("--expect-tag", default="", help="fail unless this git tag is v<version>")
+    bld.add_argument("--platforms", default="", help="linux/amd64,linux/arm64: one image per platform in an "
+                     "OCI image index (podman; qemu-user-static for a foreign one); default: the host's only")
+    mul = sub.add_parser("multiarch", help="the image for several platforms: build, push to a local registry, "
+                         "check the index over HTTP, start each (make image-multiarch)")
+    mul.add_argument("--platforms", default=",".join(PLATFORMS))
+    mul.add_argument("--base", default="debian", help="debian (a Debian-made base per platform) or an image")
+    mul.add_argument("--out", type=Path, help="keep the build log here (default: a temporary directory)")
     psh = sub.add_parser("push", help="push the image and chart that build made")
     psh.add_argument("--out", type=Path, default=REPO / "dist")
     psh.add_argument("--image-repo", default=PUBLISHED_IMAGE)
@@ -396,6 +411,8 @@ def main(argv: list[str] | None = None) -> int:
     psh.add_argument("--tag", default="", help="the image tag (default: the chart's appVersion)")
     psh.add_argument("--insecure", action="store_true", help="plain HTTP (a local registry)")
     args = parser.parse_args(argv)
+    if args.command == "multiarch":
+        return multiarch_main(_platforms(args.platforms), args.base, args.out)
     budget = Budget()
     with tempfile.TemporaryDirectory(prefix="kh-release-helm-") as home:
         helm = _helm(Path(home))
@@ -404,8 +421,8 @@ def main(argv: list[str] | None = None) -> int:
                 rehearse(budget, helm, out=args.out, node=args.node, node_lock=args.node_lock,
                          containerd_hosts=args.containerd_hosts)
             elif args.command == "build":
-                art = build(args.out, budget, helm, image=ImageBuild(args.engine, args.base),
-                            expect_tag=args.expect_tag)
+                art = build(args.out, budget, helm, expect_tag=args.expect_tag,
+                            image=ImageBuild(args.engine, args.base, platforms=_platforms(args.platforms)))
                 if art.problems:
                     raise ReleaseError("; ".join(art.problems))
             else:
