@@ -27,6 +27,7 @@ from kuberhealthy.outputs.events import ObjectRef
 from kuberhealthy.outputs.heldreports import Held
 from kuberhealthy.outputs.runstats import SchedulingMetrics
 from kuberhealthy.records.kinds import Kinds
+from kuberhealthy.records.uptime import RollupBook
 
 CacheState = tuple[str, bool, float]  # (cache, current, seconds not current)
 
@@ -97,6 +98,9 @@ class Basics(Protocol):
 
     @property
     def khstates(self) -> Cache: ...
+
+    @property
+    def rollups(self) -> RollupBook: ...
 
 
 class Catalog(Protocol):

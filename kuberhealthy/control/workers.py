@@ -92,6 +92,7 @@ class CheckWorker(_Worker):
         self._requested = False  # a run-now waits to start (under _lock)
         self._running = False  # a run is in flight (under _lock)
         self.paused_until: float | None = None  # the pause this worker is waiting out (wall seconds)
+        self._paused_since = 0.0  # when this worker first saw the pause (wall seconds)
         self.finite = spec.single_run_only  # its end after the one run is no death
 
     def stop(self) -> None:
@@ -126,10 +127,15 @@ class CheckWorker(_Worker):
                 if self.paused_until != paused.until:
                     logger.info("Check %s: paused until %s%s: no runs until then", self.spec.key,
                                 paused.view()["until"], f" ({paused.reason})" if paused.reason else "")
+                    if self.paused_until is None:
+                        self._paused_since = self._wall()
                 self.paused_until = paused.until
                 wait = min(PAUSE_WAIT_MAX, paused.until - self._wall())
             elif self.paused_until is not None:
                 self.paused_until = None
+                # the paused hours ride on the next run's write (records/uptime.py)
+                self.services.rollups.paused(self.kind.state_key(self.spec.namespace, self.spec.name),
+                                             self._paused_since, self._wall())
                 logger.info("Check %s: the pause has ended: running now", self.spec.key)
                 return self.RESUMED
             else:

@@ -51,6 +51,7 @@ from kuberhealthy.records.checkpod import (
     slim_pod,
 )
 from kuberhealthy.records.statestore import HealthCheckStore
+from kuberhealthy.records.uptime import RollupBook
 from kuberhealthy.records.v3lease import V3_LEASE_NAME, V3LeaseGate
 
 logger = logging.getLogger(__name__)
@@ -106,6 +107,7 @@ class Services:
         self.events = EventRecorder(self.resources, config.pod_name)  # every replica: reports are refused anywhere
         self.stuck_terminating: set[str] = set()  # checker pods already reported as stuck Terminating
         self.disrupted_in_a_row: dict[str, int] = {}  # per check ident: runs in a row the cluster disrupted
+        self.rollups = RollupBook()  # uptime rollups: the memo and what waits for each check's next write
         self._owner_lock = threading.Lock()
         self._owner: tuple[bool, Obj | None] = (False, None)  # (looked up yet, ownerReference)
         self.controller: Controller | None = None

@@ -1,7 +1,7 @@
 """At start: does the installed khstate CRD keep the fields this version adds? Helm never upgrades `crds/`.
 
 With an older chart's CRD the API server silently prunes the fields this version adds to a khstate
-(history, counters, the token binding's tokenBoundGeneration): results still work, history never
+(history, counters, the token binding's tokenBoundGeneration, the uptime rollups): results still work, history never
 appears, and a check that reported with a token is never bound to tokens. One dry-run create of a
 probe khstate (nothing is stored; RBAC the daemon has already) tells. If fields would be pruned, a warning is logged
 and raised as an Event on this replica's pod, naming the command that updates the CRDs (README,
@@ -24,8 +24,10 @@ from kuberhealthy.base.threads import BackgroundThread
 from kuberhealthy.base.times import format_time
 from kuberhealthy.kube import KHSTATES, PODS, Api
 from kuberhealthy.outputs.events import WARNING, EventRecorder, ObjectRef
+from kuberhealthy.records import rollcodec, rollups
 from kuberhealthy.records.history import ADDED_KEYS, ENTRY_KEYS, RunFacts, RunRecord, new_entry
 from kuberhealthy.records.khstate import TOKEN_BOUND_GENERATION
+from kuberhealthy.records.uptime import FIELD as ROLLUPS
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +47,8 @@ def probe_body(api_version: str, namespace: str, now: float) -> dict[str, Any]:
     spec: dict[str, Any] = {"OK": True, "Errors": [], "RunDuration": "", "Namespace": namespace, "Node": "",
                             "AuthoritativePod": "", "uuid": "", "consecutiveFailures": 1, "successCount": 1,
                             "failureCount": 1, "lastOK": format_time(now), "lastFailure": format_time(now),
-                            "history": [new_entry(record, capture_logs=True)], TOKEN_BOUND_GENERATION: 1}
+                            "history": [new_entry(record, capture_logs=True)], TOKEN_BOUND_GENERATION: 1,
+                            ROLLUPS: rollcodec.serialize(rollups.record(rollups.empty(), now, rollups.OK, 1.0))}
     return {"apiVersion": api_version, "kind": "KuberhealthyState",
             "metadata": {"generateName": PROBE_NAME_PREFIX, "namespace": namespace}, "spec": spec}
 
@@ -53,7 +56,7 @@ def probe_body(api_version: str, namespace: str, now: float) -> dict[str, Any]:
 def pruned_fields(answer: Mapping[str, Any]) -> list[str]:
     """The added fields missing from the API server's answer to probe_body(). [] = the CRD keeps them all."""
     spec = answer.get("spec") or {}
-    missing = [k for k in (*ADDED_KEYS, TOKEN_BOUND_GENERATION) if k not in spec]
+    missing = [k for k in (*ADDED_KEYS, TOKEN_BOUND_GENERATION, ROLLUPS) if k not in spec]
     history = spec.get("history")
     if isinstance(history, list) and history and isinstance(history[0], Mapping):
         missing += [f"history[].{k}" for k in ENTRY_KEYS if k not in history[0]]
@@ -62,9 +65,11 @@ def pruned_fields(answer: Mapping[str, Any]) -> list[str]:
 
 def consequences(missing: list[str]) -> str:
     """What the dropped fields cost, for the warning."""
-    lost = [] if missing == [TOKEN_BOUND_GENERATION] else ["no history is kept"]
+    lost = [] if set(missing) <= {TOKEN_BOUND_GENERATION, ROLLUPS} else ["no history is kept"]
     if TOKEN_BOUND_GENERATION in missing:
         lost.append("no check is bound to report tokens")
+    if ROLLUPS in missing:
+        lost.append("no uptime over 7 or 30 days is kept")
     return " and ".join(lost)
 
 

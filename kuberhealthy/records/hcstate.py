@@ -15,6 +15,7 @@ status:
   spec.Namespace                          namespace
   spec.consecutiveFailures, successCount, failureCount   the same names
   spec.Node, spec.history                 node, history (ours)
+  spec.rollups                            rollups (ours: records/uptime.py)
   spec.uuid, spec.AuthoritativePod        runBinding.uuid, runBinding.authoritativePod (ours)
   spec.tokenBoundGeneration               tokenBinding.generation (ours)
   annotations: run pod, run key hash,     runBinding.pod, .keySha256, .reportedUUID, .finishedUUID (ours)
@@ -47,6 +48,7 @@ from kuberhealthy.records.khstate import (
     WORKLOAD_CHECK,
     WORKLOAD_JOB,
 )
+from kuberhealthy.records.uptime import FIELD as ROLLUPS
 
 RUN_BINDING, TOKEN_BINDING = "runBinding", "tokenBinding"  # our status objects
 RUN_UUID_ANNOTATION = "kuberhealthy.comcast.github.io/run-uuid"  # the run binding's uuid, where the CRD prunes it
@@ -58,7 +60,7 @@ COUNTERS = ("consecutiveFailures", "successCount", "failureCount")
 # khstate spec time key -> status unix key
 TIMES = {"LastRun": "lastRunUnix", "lastOK": "lastOKUnix", "lastFailure": "lastFailureUnix"}
 # status fields the view covers; any other is kept as it was
-OWN_FIELDS = frozenset({"ok", "errors", "runDuration", "namespace", "currentUUID", "node", "history",
+OWN_FIELDS = frozenset({"ok", "errors", "runDuration", "namespace", "currentUUID", "node", "history", ROLLUPS,
                         RUN_BINDING, TOKEN_BINDING, *COUNTERS, *TIMES.values()})
 
 
@@ -133,6 +135,8 @@ def view(hc: Obj, workload: str | None = None) -> Obj:
             spec[key] = _int(status.get(key))
     if isinstance(status.get("history"), list):
         spec["history"] = status["history"]
+    if ROLLUPS in status:
+        spec[ROLLUPS] = status[ROLLUPS]  # read (and checked) by records/uptime.py
     generation = _dict(status.get(TOKEN_BINDING)).get("generation")
     if isinstance(generation, int) and not isinstance(generation, bool):
         spec[TOKEN_BOUND_GENERATION] = generation
@@ -167,6 +171,8 @@ def status_of(state: Obj, old_status: Any = None) -> dict[str, Any]:
         out["node"] = node
     if isinstance(spec.get("history"), list):
         out["history"] = spec["history"]
+    if ROLLUPS in spec:
+        out[ROLLUPS] = spec[ROLLUPS]
     binding: dict[str, Any] = {"uuid": uuid} if uuid else {}
     pod = _str(spec.get("AuthoritativePod"))
     if pod:

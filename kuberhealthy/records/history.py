@@ -156,7 +156,8 @@ def encoded_size(value: Any) -> int:
     """Bytes of `value` as Go's encoding/json writes it (the API server's form): compact, raw UTF-8,
     with <, > and & as \\u003c.. (6 bytes), U+2028/9 escaped, \\b and \\f counted as \\u0008 (the worst)."""
     text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-    extra = sum(text.count(c) for c in "<>&") * 5 + (text.count("\u2028") + text.count("\u2029")) * 3
+    extra = (text.count("<") + text.count(">") + text.count("&")) * 5
+    extra += (text.count("\u2028") + text.count("\u2029")) * 3
     extra += (text.count("\\b") + text.count("\\f")) * 4
     return len(text.encode("utf-8", "surrogatepass")) + extra
 
@@ -215,13 +216,13 @@ def apply_run(spec: Mapping[str, Any], record: RunRecord, history_length: int, n
     writes an empty history and keeps counting. captureLogs false writes no log tails and drops old ones.
     """
     old = spec.get("history")
-    history = [e for e in (_clean(x, capture_logs) for x in (old if isinstance(old, list) else [])) if e]
+    history = [e for e in [_clean(x, capture_logs) for x in (old if isinstance(old, list) else [])] if e]
     keys: dict[str, Any] = {k: _int(spec.get(k)) for k in COUNTER_KEYS}
     for k in ("lastOK", "lastFailure"):
         if parse_time(spec.get(k)) is not None:
             keys[k] = spec[k]
     length = max(0, history_length)
-    if not (length and any(e["uuid"] == record.uuid for e in history)):  # else: already applied
+    if not (length and record.uuid in [e["uuid"] for e in history]):  # else: already applied
         if record.judged and record.ok:
             keys["successCount"] += 1
             keys["consecutiveFailures"] = 0
@@ -303,7 +304,7 @@ class HistoryStats:
 def entries(spec: Mapping[str, Any], expose_logs: bool = False) -> list[dict[str, Any]]:
     """The history as the JSON API serves it: well-formed entries only, log tails only if exposed."""
     old = spec.get("history")
-    out = [e for e in (_clean(x, True) for x in (old if isinstance(old, list) else [])) if e]
+    out = [e for e in [_clean(x, True) for x in (old if isinstance(old, list) else [])] if e]
     if not expose_logs:
         for e in out:
             e.pop("logs", None)

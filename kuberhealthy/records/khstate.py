@@ -38,7 +38,9 @@ from typing import Protocol
 from kuberhealthy.base.errors import KuberhealthyError, NotFound
 from kuberhealthy.base.times import format_datetime, utcnow
 from kuberhealthy.kube import KHSTATES, Api, Bounds, Obj
+from kuberhealthy.records import rollups
 from kuberhealthy.records.history import RunRecord, apply_run
+from kuberhealthy.records.uptime import RollupWrite
 
 REPORTED_UUID = "kuberhealthy.comcast.github.io/reported-uuid"
 RUN_POD = "kuberhealthy.comcast.github.io/run-pod"
@@ -58,11 +60,20 @@ class HistoryWrite:
     capture_logs: bool  # config captureLogs
     now: float  # unix seconds
     previous_failures: int = 0  # consecutiveFailures before this run; set by the write
+    rollup: RollupWrite | None = None  # the uptime rollup's part (records/uptime.py)
 
     def apply(self, spec: Obj) -> None:
         failures = spec.get("consecutiveFailures")
         self.previous_failures = failures if isinstance(failures, int) and not isinstance(failures, bool) else 0
-        spec.update(apply_run(spec, self.record(spec), self.length, self.now, self.capture_logs))
+        record = self.record(spec)
+        # a write retried after its answer was lost finds the run in the history: count it once
+        fresh = not (self.length > 0 and record.uuid in [e.get("uuid") for e in spec.get("history") or ()
+                                                          if isinstance(e, dict)])
+        spec.update(apply_run(spec, record, self.length, self.now, self.capture_logs))
+        if self.rollup is not None:
+            judged = fresh and record.judged
+            self.rollup.apply(spec, (rollups.OK if record.ok else rollups.FAILED) if judged else None,
+                              record.duration if judged else None)
 
 
 class StaleReport(KuberhealthyError):

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from kuberhealthy.base.config import Config
 from kuberhealthy.kube import HEALTHCHECKS, KHCHECKS, KHJOBS, KHSTATES, Cache, Obj, Resource
-from kuberhealthy.records import hcstate, migration
+from kuberhealthy.records import hcstate, migration, uptime
 from kuberhealthy.records.checkpod import CHECK_NAME_LABEL, V3_CHECK_LABEL
 from kuberhealthy.records.checkspec import (
     HC_PREFIX,
@@ -71,6 +71,10 @@ class Kind:
     def ident_of(self, obj: Obj) -> str:
         meta = obj.get("metadata") or {}
         return self.ident(str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+
+    def state_key(self, namespace: str, name: str) -> str:
+        """The key of a check's state object in the uptime rollups' book and memo (records/uptime.py)."""
+        return uptime.state_key((self.state_resource or self.resource).plural, namespace, name)
 
 
 class Kinds:

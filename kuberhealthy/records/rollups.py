@@ -16,19 +16,7 @@ durations from 1 ms to about 115 days (shorter count as 1 ms, longer as the last
 (error_bound()); level 4 (DROPPED) keeps no durations. A window or day that merges hours of different
 levels is as precise as its coarsest hour.
 
-Encoding. serialize() gives {"v": 1, "hours": "<base64>"}; the bytes are varints (7 bits a byte): the
-first bucket's hour, then per bucket: the hours since the previous one (0 for the first), a flag byte
-(bit 0-2: OK, failed, skipped follow; bit 3 paused; bits 4-6 level; bit 7 a histogram follows), the
-counts flagged, and the histogram: bins, first index, then per bin one varint gap*16 + min(count, 15)
-(and count-15 when the count is 15 or more). The number of bins is written doubled, plus one when the
-counts add up to OK + failed: then the last count is written as 0. The first index is counted (zigzag)
-from the previous bucket's first bin. A 1-minute check's hour takes about 5 bytes plus one per distinct
-duration bin.
-
-Budget. Serialized compactly it is at most BUDGET_BYTES (8 KiB) whatever was recorded: when it would
-be more, histograms are made coarser, level by level, first in hours older than 7 days, then older than
-a day, then in all (oldest hours first each time), then the oldest hours are dropped. What was dropped
-stays dropped (the stored object is the rollup; the next writer continues from it).
+Encoding and the byte budget: rollcodec.py.
 
 Time. Callers pass `now` (unix seconds); nothing here reads a clock. A run stamped before the newest
 bucket (a clock set back, a late write) goes into its own hour if that is among the 721 kept
@@ -42,8 +30,6 @@ timeline(), Events for parse warnings. Pure functions, no I/O, no clock, no kube
 """
 from __future__ import annotations
 
-import base64
-import binascii
 import bisect
 import math
 from collections.abc import Iterable
@@ -66,11 +52,7 @@ WINDOWS = {"1h": 1, "24h": 24, "7d": 168, "30d": 720}  # hours
 TIMELINES = ("24h", "7d", "30d")  # hourly, hourly, daily (UTC days)
 _PERCENTILE_WINDOWS = ("24h", "7d")
 _MAX_COUNT = 2**31 - 1
-_MAX_INPUT = 4 * BUDGET_BYTES  # base64 characters parse() reads before calling it nonsense
 _LOG_GAMMA = math.log(GAMMA)
-_WRAPPER = len('{"v":1,"hours":""}')
-# Degradation order: (minimum age in hours, level), each applied oldest hour first until the value fits.
-_LADDER = tuple((age, level) for age in (168, 24, 0) for level in range(1, DROPPED + 1))
 
 Bins = tuple[tuple[int, int], ...]  # (index at the hour's level, count > 0), ascending index
 
@@ -140,9 +122,8 @@ def _add(h: Hour, outcome: str, duration: float | None) -> Hour:
     bins = h.bins
     if outcome != SKIPPED and duration is not None and math.isfinite(duration) and h.level < DROPPED:
         bins = _with_bins((*bins, (bin_index(max(0.0, duration), h.level), 1)))
-    return replace(h, ok=min(_MAX_COUNT, h.ok + (outcome == OK)), bins=bins,
-                   failed=min(_MAX_COUNT, h.failed + (outcome == FAILED)),
-                   skipped=min(_MAX_COUNT, h.skipped + (outcome == SKIPPED)))
+    return Hour(h.hour, min(_MAX_COUNT, h.ok + (outcome == OK)), min(_MAX_COUNT, h.failed + (outcome == FAILED)),
+                min(_MAX_COUNT, h.skipped + (outcome == SKIPPED)), h.paused, h.level, bins)
 
 
 def _kept(hours: dict[int, Hour], newest: int) -> Rollup:
@@ -219,200 +200,6 @@ def merge(a: Rollup, b: Rollup) -> Rollup:
 
 def _rank(h: Hour) -> tuple[int, int, int, int, int, Bins]:
     return (h.ok + h.failed + h.skipped, sum(c for _, c in h.bins), -h.level, h.ok, h.failed, h.bins)
-
-
-# --- the encoding ---------------------------------------------------------------------------------------------
-
-def _varint(n: int, out: bytearray) -> None:
-    while n >= 0x80:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    out.append(n)
-
-
-def _first_bin(previous: Hour | None, level: int) -> int:
-    """Where a histogram's first index is counted from: the previous bucket's first bin, at `level`."""
-    if previous is None or not previous.bins or level >= DROPPED:
-        return 0
-    return (previous.bins[0][0] << previous.level) >> level
-
-
-def _encode_hour(h: Hour, previous: Hour | None) -> bytes:
-    out = bytearray()
-    _varint(0 if previous is None else h.hour - previous.hour, out)
-    out.append((h.ok > 0) | (h.failed > 0) << 1 | (h.skipped > 0) << 2 | h.paused << 3 | h.level << 4
-               | bool(h.bins) << 7)
-    for n in (h.ok, h.failed, h.skipped):
-        if n:
-            _varint(n, out)
-    if h.bins:
-        implied = sum(c for _, c in h.bins) == h.ok + h.failed  # the last count follows from the others
-        _varint(len(h.bins) * 2 + implied, out)
-        shift = h.bins[0][0] - _first_bin(previous, h.level)
-        _varint(shift * 2 if shift >= 0 else -shift * 2 - 1, out)  # zigzag: small either way
-        prev = h.bins[0][0] - 1
-        for k, (i, count) in enumerate(h.bins):
-            c = 0 if implied and k == len(h.bins) - 1 else count
-            _varint((i - prev - 1) * 16 + min(c, 15), out)
-            if c >= 15:
-                _varint(c - 15, out)
-            prev = i
-    return bytes(out)
-
-
-def _encode(hours: tuple[Hour, ...]) -> bytes:
-    if not hours:
-        return b""
-    out = bytearray()
-    _varint(hours[0].hour, out)
-    for k, h in enumerate(hours):
-        out += _encode_hour(h, hours[k - 1] if k else None)
-    return bytes(out)
-
-
-def _raw_limit(budget: int) -> int:
-    return 3 * ((budget - _WRAPPER) // 4)  # base64 turns 3 bytes into 4 characters
-
-
-def fit(rollup: Rollup, budget: int = BUDGET_BYTES) -> Rollup:
-    """The rollup made small enough to serialize in `budget` bytes (see the module's Budget)."""
-    if not rollup.hours:
-        return rollup
-    rollup = _since(rollup, rollup.hours[-1].hour - HOURS)
-    hours, limit = list(rollup.hours), _raw_limit(budget)
-    sizes = [len(_encode_hour(h, hours[k - 1] if k else None)) for k, h in enumerate(hours)]
-    total = _varint_len(hours[0].hour) + sum(sizes)
-    if total <= limit:
-        return rollup
-    newest = hours[-1].hour
-    for min_age, level in _LADDER:
-        for k, h in enumerate(hours):
-            if newest - h.hour < min_age:
-                break
-            if h.level >= level:
-                continue
-            hours[k] = _coarsen(h, level)
-            for j in range(k, min(k + 2, len(hours))):  # the next one counts its first bin from this one
-                size = len(_encode_hour(hours[j], hours[j - 1] if j else None))
-                total += size - sizes[j]
-                sizes[j] = size
-            if total <= limit:
-                return Rollup(tuple(hours))
-    while len(hours) > 1 and total > limit:  # then the oldest hours go, one at a time
-        first = len(_encode_hour(hours[1], None))
-        total += first - sizes[0] - sizes[1] + _varint_len(hours[1].hour) - _varint_len(hours[0].hour)
-        del hours[0], sizes[0]
-        sizes[0] = first
-    return Rollup(tuple(hours))
-
-
-def _varint_len(n: int) -> int:
-    return max(1, (n.bit_length() + 6) // 7)
-
-
-def serialize(rollup: Rollup) -> dict[str, Any]:
-    """The value for the state object: one JSON object, at most BUDGET_BYTES when dumped compactly."""
-    hours = rollup.hours
-    data = _encode(hours)
-    if len(data) > _raw_limit(BUDGET_BYTES) or (hours and hours[-1].hour - hours[0].hour >= HOURS):
-        data = _encode(fit(rollup).hours)  # the common case, a value that fits, is encoded once
-    return {"v": VERSION, "hours": base64.b64encode(data).decode("ascii")}
-
-
-class _Nonsense(ValueError):
-    pass
-
-
-class _Reader:
-    def __init__(self, data: bytes) -> None:
-        self.data, self.pos = data, 0
-
-    def byte(self) -> int:
-        if self.pos >= len(self.data):
-            raise _Nonsense("truncated")
-        self.pos += 1
-        return self.data[self.pos - 1]
-
-    def varint(self, limit: int = _MAX_COUNT) -> int:
-        data, pos, n, shift = self.data, self.pos, 0, 0
-        while pos < len(data):
-            b = data[pos]
-            pos += 1
-            n |= (b & 0x7F) << shift
-            if n > limit or shift > 28:
-                raise _Nonsense("a number out of range")
-            if b < 0x80:
-                self.pos = pos
-                return n
-            shift += 7
-        raise _Nonsense("truncated")
-
-
-def _decode(data: bytes) -> tuple[Hour, ...]:
-    if not data:
-        return ()
-    r = _Reader(data)
-    hour = r.varint()
-    first, hours = hour, list[Hour]()
-    while r.pos < len(data):
-        delta = r.varint(HOURS)
-        if (delta == 0) != (not hours):
-            raise _Nonsense("hours out of order")
-        hour += delta
-        if hour - first >= HOURS:
-            raise _Nonsense("more than 30 days of hours")
-        flags = r.byte()
-        level = flags >> 4 & 7
-        if level > DROPPED or (flags & 0x80 and level == DROPPED):
-            raise _Nonsense("an unknown histogram level")
-        ok = r.varint() if flags & 1 else 0
-        failed = r.varint() if flags & 2 else 0
-        skipped = r.varint() if flags & 4 else 0
-        if (ok == 0 and flags & 1) or (failed == 0 and flags & 2) or (skipped == 0 and flags & 4):
-            raise _Nonsense("a zero count flagged")
-        bins: list[tuple[int, int]] = []
-        if flags & 0x80:
-            top = MAX_INDEX >> level
-            n, z = r.varint(2 * top + 3), r.varint(2 * top + 1)
-            n, implied = n // 2, n % 2
-            i = _first_bin(hours[-1] if hours else None, level) + (z // 2 if z % 2 == 0 else -(z + 1) // 2) - 1
-            if not -1 <= i < top:
-                raise _Nonsense("a histogram out of range")
-            for k in range(n):
-                pair = r.varint()
-                i += pair // 16 + 1
-                count = pair % 16 + (r.varint() if pair % 16 == 15 else 0)
-                if implied and k == n - 1 and count == 0:
-                    count = ok + failed - sum(c for _, c in bins)
-                if i > top or count <= 0 or count > _MAX_COUNT:
-                    raise _Nonsense("a histogram out of range")
-                bins.append((i, count))
-            if not bins:
-                raise _Nonsense("an empty histogram flagged")
-        hours.append(Hour(hour, ok, failed, skipped, bool(flags & 8), level, tuple(bins)))
-    return tuple(hours)
-
-
-def parse(raw: Any) -> tuple[Rollup, str | None]:
-    """The rollup a state object holds (None: none yet) and a warning for an Event when what it holds
-    cannot be read (then the rollup is empty: it starts afresh). Never raises."""
-    if raw is None:
-        return Rollup(), None
-    try:
-        if not isinstance(raw, dict):
-            raise _Nonsense(f"a {type(raw).__name__}, not an object")
-        version, text = raw.get("v"), raw.get("hours")
-        if version != VERSION or isinstance(version, bool):
-            raise _Nonsense(f"version {version!r}, this daemon reads {VERSION}")
-        if not isinstance(text, str) or len(text) > _MAX_INPUT:
-            raise _Nonsense(f"hours is not a string of at most {_MAX_INPUT} characters")
-        try:
-            data = base64.b64decode(text.encode("ascii"), validate=True)
-        except (binascii.Error, UnicodeEncodeError):
-            raise _Nonsense("hours is not base64") from None
-        return Rollup(_decode(data)), None
-    except _Nonsense as e:
-        return Rollup(), f"the stored uptime rollup could not be read ({e}); it starts afresh"
 
 
 # --- the read side ---------------------------------------------------------------------------------------

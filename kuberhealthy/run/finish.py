@@ -72,6 +72,7 @@ class Recorder:
             self.log.warning("Could not record the run's duration and node: %s", e)
             self.written = self.ctx.cached_state()
         else:
+            self._carried(history)
             spec = khstate.Spec.of(self.written or {})
             if self.written is not None and not spec.ok:
                 self.services.events.check_failed(self._ref(), spec.errors[0] if spec.errors else "reported OK: false")
@@ -101,6 +102,7 @@ class Recorder:
         if self.written is None:
             self.log.info("A newer run has claimed the khstate; this run's failure is not recorded")
         else:
+            self._carried(history)
             self.services.events.check_failed(self._ref(), errors[0])
 
     def disrupted(self, pod: RunPod, in_a_row: int) -> None:
@@ -111,6 +113,7 @@ class Recorder:
         """After the run: count a run that was not judged; send the InfluxDB point of one that was."""
         if result.outcome is Outcome.SKIPPED:
             self.services.stats.skip(result.skip_reason)
+            self.services.rollups.skipped(self._rollup_key(), self.ctx.wall())  # the next run's write counts it
         if result.outcome in (Outcome.REPORTED, Outcome.FAILED):
             self._forward(result)
 
@@ -124,8 +127,24 @@ class Recorder:
         influx.push(self.check.namespace, self.check.name, ok, errors, result.duration)
 
     def _history(self, record: Callable[[Obj], RunRecord]) -> khstate.HistoryWrite:
-        config = self.services.config
-        return khstate.HistoryWrite(record, config.history_length, config.capture_logs, self.ctx.wall())
+        config, now = self.services.config, self.ctx.wall()
+        rollup = self.services.rollups.write(self._rollup_key(), now,
+                                             None if self.check.single_run_only else self.check.run_interval)
+        return khstate.HistoryWrite(record, config.history_length, config.capture_logs, now, rollup=rollup)
+
+    def _rollup_key(self) -> str:
+        return self.ctx.kind.state_key(self.check.namespace, self.check.name)
+
+    def _carried(self, history: khstate.HistoryWrite) -> None:
+        """After a write that carried the run's history (and so its rollup): what was pending is done;
+        a stored rollup that could not be read was started afresh: an Event says so."""
+        rollup = history.rollup
+        if rollup is None or self.written is None:
+            return
+        rollup.done()
+        if rollup.warning is not None:
+            self.log.warning("%s", rollup.warning)
+            self.services.events.state_not_kept(self._ref(), rollup.warning)
 
     def _ref(self) -> ObjectRef:
         kind = self.ctx.kind

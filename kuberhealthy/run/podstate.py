@@ -96,9 +96,9 @@ def sidecars_of(pod: Obj | None, configured: tuple[str, ...] | frozenset[str] = 
     annotation names (comma-separated) and the `configured` ones (config sidecarContainers)."""
     meta, spec = (pod or {}).get("metadata") or {}, (pod or {}).get("spec") or {}
     named = str((meta.get("annotations") or {}).get(SIDECARS_ANNOTATION) or "")
-    native = (str(c.get("name")) for c in spec.get("initContainers") or []
-              if isinstance(c, dict) and c.get("restartPolicy") == "Always")
-    return MESH_SIDECARS.union(configured, (n.strip() for n in named.split(",") if n.strip()), native)
+    native = [str(c.get("name")) for c in spec.get("initContainers") or []
+              if isinstance(c, dict) and c.get("restartPolicy") == "Always"]
+    return MESH_SIDECARS.union(configured, [n.strip() for n in named.split(",") if n.strip()] if named else (), native)
 
 
 def checkers_done(pod: Obj, sidecars: frozenset[str]) -> bool:
@@ -108,7 +108,7 @@ def checkers_done(pod: Obj, sidecars: frozenset[str]) -> bool:
                 if isinstance(c, dict) and c.get("name") not in sidecars]
     done = {cs.get("name") for cs in (pod.get("status") or {}).get("containerStatuses") or []
             if isinstance(cs, dict) and "terminated" in (cs.get("state") or {})}
-    return bool(checkers) and all(name in done for name in checkers)
+    return bool(checkers) and done.issuperset(checkers)
 
 
 def over(pod: Obj, sidecars: frozenset[str]) -> bool:

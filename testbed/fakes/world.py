@@ -31,6 +31,7 @@ from kuberhealthy.records.checkpod import (
 )
 from kuberhealthy.records.checkspec import CheckSpec
 from kuberhealthy.records.statestore import HealthCheckStore
+from kuberhealthy.records.uptime import RollupBook
 from kuberhealthy.records.v3lease import V3LeaseGate
 from testbed.fakes.api import Call, FakeApi
 from testbed.fakes.cache import FakeCache
@@ -310,6 +311,7 @@ class FakeServices:
         self.held = HeldReports(self.api, lambda: self.config.pod_name, wall=self.clock.wall)  # never started
         self.stuck_terminating: set[str] = set()
         self.disrupted_in_a_row: dict[str, int] = {}
+        self.rollups = RollupBook()
         self.deaths = Deaths()  # where the controller's workers and parts report an unexpected end
         self.events = FakeEvents()
         self.influx: ResultSink | None = None

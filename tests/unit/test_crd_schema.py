@@ -177,7 +177,8 @@ V3_STATUS = {"ok": ("boolean", None), "errors": ("array", None), "consecutiveFai
              "lastRunUnix": ("integer", "int64"), "successCount": ("integer", None),
              "failureCount": ("integer", None), "lastOKUnix": ("integer", "int64"),
              "lastFailureUnix": ("integer", "int64"), "additionalMetadata": ("string", None)}
-OUR_STATUS = {"node": "string", "history": "array", "runBinding": "object", "tokenBinding": "object"}
+OUR_STATUS = {"node": "string", "history": "array", "runBinding": "object", "tokenBinding": "object",
+              "rollups": "object"}
 
 
 def test_a_healthcheck_status_has_v3_s_fields_with_v3_s_types_then_ours_and_requires_none() -> None:

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kuberhealthy.base.times import format_time
-from kuberhealthy.outputs.schemacheck import PROBE_NAME_PREFIX, probe_body, pruned_fields
+from kuberhealthy.outputs.schemacheck import PROBE_NAME_PREFIX, consequences, probe_body, pruned_fields
 from kuberhealthy.records import history as h
 from kuberhealthy.records.history import RunFacts, RunRecord
 from testbed.fakes.readouts import stats_json
@@ -322,6 +322,14 @@ def test_the_probe_finds_pruned_fields_in_the_answer() -> None:
     del pruned["spec"]["history"][0]["outcome"]
     del pruned["spec"]["lastOK"]
     assert pruned_fields(pruned) == ["lastOK", "history[].outcome"]
+
+
+def test_an_old_crd_that_prunes_the_uptime_rollups_is_found_and_says_what_is_lost() -> None:
+    probe = probe_body("comcast.github.io/v1", "kh", T0)
+    pruned = copy.deepcopy(probe)
+    del pruned["spec"]["rollups"]
+    assert pruned_fields(pruned) == ["rollups"]
+    assert consequences(["rollups"]) == "no uptime over 7 or 30 days is kept"
 
 
 def test_what_apply_run_writes_and_the_probe_validate_against_the_crd_schema() -> None:

@@ -17,7 +17,7 @@ from kuberhealthy.base.times import format_time
 from kuberhealthy.control.controller import Controller
 from kuberhealthy.control.workers import CheckWorker
 from kuberhealthy.kube import KHCHECKS, KHSTATES, PODS, Obj
-from kuberhealthy.records import khstate, pause, runnow
+from kuberhealthy.records import khstate, pause, rollcodec, runnow, uptime
 from kuberhealthy.records.checkspec import CheckSpec
 from kuberhealthy.run.runner import Runner
 from testbed.fakes import NS, FakeServices, khcheck, khstate_of, report
@@ -156,6 +156,7 @@ def test_a_paused_check_creates_no_pod_keeps_its_last_result_and_runs_at_once_wh
     controller = leader(fake_services, runner)
     try:
         worker = worker_of(fake_services, controller)
+        paused_since = clock.wall()
         waiting_out_its_pause(fake_services, worker)
         assert fake_services.api.made("create", PODS) == [] and worker.runs == 0
         kept = fake_services.api.peek(KHSTATES, NS, "probe") or {}
@@ -167,6 +168,12 @@ def test_a_paused_check_creates_no_pod_keeps_its_last_result_and_runs_at_once_wh
                             "the run at the pause's end recorded")
         assert len(fake_services.api.made("create", PODS)) == 1 and worker.resumed_runs == 1
         assert controller.workers[KEY] is worker  # pausing restarts nothing
+        # the paused hour rode on that run's write: marked paused, counted neither way; the run counted OK
+        stored = ((fake_services.api.peek(KHSTATES, NS, "probe") or {}).get("spec") or {}).get(uptime.FIELD)
+        rollup, _ = rollcodec.parse(stored)
+        paused_from = int(paused_since // 3600)
+        assert next(h.hour for h in rollup.hours if h.paused) == paused_from
+        assert sum(h.ok for h in rollup.hours) == 1 and sum(h.failed for h in rollup.hours) == 0
     finally:
         controller.stop()
         controller.join(JOIN)

@@ -16,6 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kuberhealthy.base.times import format_time
+from kuberhealthy.records import rollcodec as c
 from kuberhealthy.records import rollups as r
 from kuberhealthy.records.history import percentile
 from kuberhealthy.records.rollups import Hour, Rollup
@@ -57,9 +58,9 @@ def counts(rollup: Rollup) -> list[tuple[int, int, int, int, bool]]:
 
 
 def roundtrip(rollup: Rollup) -> Rollup:
-    value = r.serialize(rollup)
+    value = c.serialize(rollup)
     assert size(value) <= r.BUDGET_BYTES
-    back, warning = r.parse(json.loads(json.dumps(value)))
+    back, warning = c.parse(json.loads(json.dumps(value)))
     assert warning is None
     return back
 
@@ -146,8 +147,8 @@ def test_an_empty_rollup_has_no_uptime_no_coverage_and_no_percentiles() -> None:
     win = r.windows(r.empty(), T0)
     assert all(w["uptime"] is None and w["coverage"] == 0.0 for w in win.values())
     assert win["7d"]["durationP95"] is None and "durationP50" not in win["30d"] and "durationP50" not in win["1h"]
-    assert r.serialize(r.empty()) == {"v": 1, "hours": ""}
-    assert r.parse({"v": 1, "hours": ""}) == (r.empty(), None)
+    assert c.serialize(r.empty()) == {"v": 1, "hours": ""}
+    assert c.parse({"v": 1, "hours": ""}) == (r.empty(), None)
 
 
 def test_record_refuses_an_unknown_outcome_and_ignores_a_time_or_duration_that_is_not_a_number() -> None:
@@ -233,7 +234,7 @@ def test_any_percentile_of_any_durations_is_within_two_percent(values: list[floa
 
 def test_thirty_days_at_one_minute_fit_in_8_kib_with_the_newest_day_at_full_precision(
         month_at_one_minute: Rollup) -> None:
-    value = r.serialize(month_at_one_minute)
+    value = c.serialize(month_at_one_minute)
     assert 6 * 1024 < size(value) <= r.BUDGET_BYTES
     back = roundtrip(month_at_one_minute)
     assert len(back.hours) == 720 and all(h.level == 0 for h in back.hours[-24:])
@@ -249,18 +250,18 @@ def test_thirty_days_at_one_minute_fit_in_8_kib_with_the_newest_day_at_full_prec
 
 def test_a_month_of_one_minute_runs_that_take_the_same_time_fits_whole_at_full_precision() -> None:
     steady = play(60, 43_200, outcomes(fail_every=17, skip_every=29), lambda g: 2.0)
-    assert size(r.serialize(steady)) <= r.BUDGET_BYTES and roundtrip(steady) == steady
+    assert size(c.serialize(steady)) <= r.BUDGET_BYTES and roundtrip(steady) == steady
 
 
 def test_a_value_just_over_its_budget_loses_precision_in_its_oldest_hours_only() -> None:
     rollup = play(600, 6 * 24 * 12, outcomes(fail_every=7))
-    whole = size(r.serialize(rollup))
-    assert whole <= r.BUDGET_BYTES and r.fit(rollup, whole) == rollup
-    tight = r.fit(rollup, whole - 40)
+    whole = size(c.serialize(rollup))
+    assert whole <= r.BUDGET_BYTES and c.fit(rollup, whole) == rollup
+    tight = c.fit(rollup, whole - 40)
     changed = [k for k, (a, b) in enumerate(zip(rollup.hours, tight.hours, strict=True)) if a != b]
     assert changed and changed == list(range(len(changed))) and len(changed) < len(rollup.hours) // 4
     assert all(tight.hours[k].level > 0 for k in changed) and counts(tight) == counts(rollup)
-    assert size(r.serialize(tight)) <= whole - 40
+    assert size(c.serialize(tight)) <= whole - 40
 
 
 @functools.cache
@@ -301,8 +302,8 @@ def test_the_worst_cases_never_exceed_8_kib_and_lose_durations_before_hours_and_
 
 def test_a_new_leader_mid_hour_continues_from_the_stored_value_and_counts_each_run_once() -> None:
     one_leader = play(60, 90, outcomes(fail_every=4))
-    first = r.serialize(play(60, 40, outcomes(fail_every=4)))  # the old leader's last write, 10:39
-    stored, warning = r.parse(first)
+    first = c.serialize(play(60, 40, outcomes(fail_every=4)))  # the old leader's last write, 10:39
+    stored, warning = c.parse(first)
     assert warning is None
     g = random.Random(7)
     for _ in range(40):
@@ -318,7 +319,7 @@ def test_a_new_leader_mid_hour_continues_from_the_stored_value_and_counts_each_r
 def test_a_restart_reads_back_exactly_what_it_wrote() -> None:
     rollup = r.paused(play(600, 500, outcomes(fail_every=5, skip_every=9)), T0 + 100 * HOUR, T0 + 103 * HOUR)
     assert roundtrip(rollup) == rollup
-    assert r.parse(json.loads(json.dumps(r.serialize(rollup)))) == (rollup, None)
+    assert c.parse(json.loads(json.dumps(c.serialize(rollup)))) == (rollup, None)
 
 
 def test_merge_keeps_per_hour_the_copy_with_more_runs_and_a_pause_from_either() -> None:
@@ -373,7 +374,7 @@ def b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
 
-VALID = r.serialize(play(600, 30, outcomes(fail_every=2)))["hours"]
+VALID = c.serialize(play(600, 30, outcomes(fail_every=2)))["hours"]
 NONSENSE: dict[str, Any] = {
     "a list": [1, 2], "a string": VALID, "a number": 1, "a boolean": True, "an empty object": {},
     "no version": {"hours": VALID}, "version as text": {"v": "1", "hours": VALID},
@@ -381,7 +382,7 @@ NONSENSE: dict[str, Any] = {
     "version 0": {"v": 0, "hours": VALID}, "hours a number": {"v": 1, "hours": 5},
     "hours null": {"v": 1, "hours": None}, "bad base64": {"v": 1, "hours": "***"},
     "bad padding": {"v": 1, "hours": VALID[:-1]}, "not ascii": {"v": 1, "hours": "é" * 8},
-    "too long": {"v": 1, "hours": "A" * (r._MAX_INPUT + 4)},
+    "too long": {"v": 1, "hours": "A" * (c._MAX_INPUT + 4)},
     "truncated": {"v": 1, "hours": b64(base64.b64decode(VALID)[:-1])},
     "hours out of order": {"v": 1, "hours": b64(bytes([0x80, 0x80, 0x20, 0, 1, 1, 0, 1, 1]))},
     "a zero count flagged": {"v": 1, "hours": b64(bytes([5, 0, 1, 0]))},
@@ -395,26 +396,26 @@ NONSENSE: dict[str, Any] = {
 
 @pytest.mark.parametrize("name", sorted(NONSENSE))
 def test_nonsense_in_the_state_object_reads_as_empty_with_a_warning(name: str) -> None:
-    rollup, warning = r.parse(NONSENSE[name])
+    rollup, warning = c.parse(NONSENSE[name])
     assert rollup == r.empty() and warning and "uptime rollup" in warning
 
 
 def test_no_rollup_yet_reads_as_empty_without_a_warning_and_the_valid_sample_reads() -> None:
-    assert r.parse(None) == (r.empty(), None)
-    assert r.parse({"v": 1, "hours": VALID})[1] is None
+    assert c.parse(None) == (r.empty(), None)
+    assert c.parse({"v": 1, "hours": VALID})[1] is None
 
 
 def check_invariants(rollup: Rollup) -> None:
     hours = [h.hour for h in rollup.hours]
     assert hours == sorted(set(hours)) and (not hours or hours[-1] - hours[0] < r.HOURS)
-    assert size(r.serialize(rollup)) <= r.BUDGET_BYTES
+    assert size(c.serialize(rollup)) <= r.BUDGET_BYTES
     r.windows(rollup, T0)
     r.timeline(rollup, T0, "30d")
 
 
 def test_random_bytes_and_mutated_values_never_raise_and_never_read_as_a_broken_rollup() -> None:
     g = random.Random(2026)
-    valid = base64.b64decode(r.serialize(play(600, 500, outcomes(fail_every=3, skip_every=5)))["hours"])
+    valid = base64.b64decode(c.serialize(play(600, 500, outcomes(fail_every=3, skip_every=5)))["hours"])
     for i in range(3000):
         if i % 3 == 0:
             text = "".join(g.choice("AZaz09+/=_-é \n") for _ in range(g.randrange(60)))
@@ -425,7 +426,7 @@ def test_random_bytes_and_mutated_values_never_raise_and_never_read_as_a_broken_
             for _ in range(g.randint(1, 4)):
                 mutated[g.randrange(len(mutated))] = g.randrange(256)
             text = b64(bytes(mutated[:g.randint(0, len(mutated))] if g.random() < 0.3 else mutated))
-        rollup, warning = r.parse({"v": 1, "hours": text})
+        rollup, warning = c.parse({"v": 1, "hours": text})
         assert warning is None or rollup == r.empty()
         check_invariants(rollup)
 
@@ -438,6 +439,6 @@ JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st
 @given(st.one_of(JSON, st.fixed_dictionaries({"v": JSON, "hours": JSON}),
                  st.fixed_dictionaries({"v": st.just(1), "hours": st.binary(max_size=64).map(b64)})))
 def test_whatever_json_the_state_object_holds_reads_without_an_exception(raw: Any) -> None:
-    rollup, warning = r.parse(raw)
+    rollup, warning = c.parse(raw)
     assert warning is None or (rollup == r.empty() and warning.startswith("the stored uptime rollup"))
     check_invariants(rollup)

@@ -8,6 +8,7 @@ kind of check (a khcheck, its state in a khstate; a HealthCheck, its state in it
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable, Iterator
 from concurrent import futures
 from typing import Any, Generic, Protocol
@@ -17,9 +18,10 @@ import pytest
 from kuberhealthy.base.errors import Unreachable
 from kuberhealthy.kube import HEALTHCHECKS, KHSTATES, PODS, Api, Cache, Obj, Resource
 from kuberhealthy.needs import ControlNeeds, ReaperNeeds, RunNeeds, WebNeeds
-from kuberhealthy.records import khstate
+from kuberhealthy.records import khstate, rollcodec, rollups, uptime
 from kuberhealthy.records.checkpod import SIDECARS_ANNOTATION, build_pod
 from kuberhealthy.records.checkspec import CheckSpec
+from kuberhealthy.records.history import RunFacts, RunRecord
 from kuberhealthy.run.runner import Outcome, Phase, Runner, RunResult
 from testbed.fakes import KINDS, NODE, NS, REPORTING_URL, FakeServices, FakeStop, Subject, report
 from testbed.fakes.clock import stamp
@@ -834,3 +836,98 @@ def test_the_runs_own_eviction_is_not_taken_for_a_disruption(fake_services: Fake
     fake_services.until(lambda: deletes_of(fake_services, pod), "the run's eviction")
     result = run.result()
     assert result.outcome is Outcome.FAILED and result.skip_reason == ""
+
+
+# --- uptime rollups ride on the run's own write ------------------------------------------------------------
+
+def rollup_now(services: FakeServices) -> rollups.Rollup:
+    """The rollup the check's state holds (khstate spec.rollups, or the HealthCheck's status.rollups)."""
+    raw = ((_subject[0].raw_state() or {}).get("spec") or {}).get(uptime.FIELD)
+    rollup, warning = rollcodec.parse(raw)
+    assert warning is None
+    return rollup
+
+
+def counts(rollup: rollups.Rollup) -> tuple[int, int, int]:
+    return (sum(h.ok for h in rollup.hours), sum(h.failed for h in rollup.hours),
+            sum(h.skipped for h in rollup.hours))
+
+
+def finished_run(services: FakeServices, ok: bool | None) -> RunResult:
+    """One run to its end: reported OK or not OK, or (None) its pod deleted by someone else (skipped)."""
+    run = Run(services)
+    pod = services.kubelet.run(run.pod())
+    services.clock.advance(1.5)
+    if ok is None:
+        run.reached(Phase.REPORT)
+        services.api.remove(PODS, NS, pod["metadata"]["name"])
+    else:
+        report(services, pod, ok=ok, errors=[] if ok else ["down"])
+        services.kubelet.finish(pod)
+    result = run.result()
+    if services.api.peek(PODS, NS, pod["metadata"]["name"]) is not None:
+        services.api.remove(PODS, NS, pod["metadata"]["name"])  # the reaper's work
+    services.clock.advance(60.0)
+    return result
+
+
+def test_each_judged_run_is_counted_in_its_hour_of_the_rollup_with_its_duration_in_the_same_write(
+        fake_services: FakeServices) -> None:
+    finished_run(fake_services, True)
+    writes = len(fake_services.api.calls)
+    finished_run(fake_services, False)
+    state_writes = [c for c in fake_services.api.calls[writes:] if c.plural == state_res().plural]
+    assert len(state_writes) == 3  # claim, report, record: the rollup makes no request of its own
+    rollup = rollup_now(fake_services)
+    assert counts(rollup) == (1, 1, 0)
+    assert rollups.windows(rollup, fake_services.clock.wall())["1h"]["uptime"] == 0.5
+    p50 = rollups.windows(rollup, fake_services.clock.wall())["24h"]["durationP50"]
+    assert p50 is not None and abs(p50 - 1.5) <= 1.5 * rollups.ALPHA
+
+
+def test_a_skipped_run_is_counted_by_the_next_runs_write_and_only_once(fake_services: FakeServices) -> None:
+    finished_run(fake_services, True)
+    assert finished_run(fake_services, None).outcome is Outcome.SKIPPED
+    assert counts(rollup_now(fake_services)) == (1, 0, 0)  # the skip waits: it wrote nothing
+    finished_run(fake_services, True)
+    assert counts(rollup_now(fake_services)) == (2, 0, 1)
+    finished_run(fake_services, True)
+    assert counts(rollup_now(fake_services)) == (3, 0, 1)
+    assert rollups.windows(rollup_now(fake_services), fake_services.clock.wall())["1h"]["uptime"] == 1.0
+
+
+def test_a_failed_run_without_a_report_is_counted_as_failed(fake_services: FakeServices) -> None:
+    run = Run(fake_services)
+    fake_services.kubelet.run(run.pod())
+    fake_services.clock.advance(PAST_DEADLINE)
+    run.runner.wake()
+    assert run.result().outcome is Outcome.FAILED
+    assert counts(rollup_now(fake_services)) == (0, 1, 0)
+
+
+def test_a_rollup_edited_into_nonsense_starts_afresh_with_a_warning_event(fake_services: FakeServices) -> None:
+    _subject[0].seed(rollups={"v": 1, "hours": "not base64!"})
+    finished_run(fake_services, True)
+    assert counts(rollup_now(fake_services)) == (1, 0, 0)
+    warned = [e for e in fake_services.events.recorded if e[0] == "StateNotKept"]
+    assert warned and "uptime rollup could not be read" in warned[0][2]
+
+
+def test_an_old_state_without_rollups_starts_them_empty_without_a_warning(fake_services: FakeServices) -> None:
+    _subject[0].seed(successCount=5)
+    finished_run(fake_services, True)
+    assert counts(rollup_now(fake_services)) == (1, 0, 0)
+    assert not [e for e in fake_services.events.recorded if e[0] == "StateNotKept"]
+
+
+def test_a_write_tried_again_after_its_answer_was_lost_counts_the_run_once(fake_services: FakeServices) -> None:
+    finished_run(fake_services, True)
+    before = _subject[0].raw_state() or {}
+    spec = json.loads(json.dumps(before["spec"]))  # as stored: the run is in the history already
+    record = RunRecord.reported(RunFacts(spec["uuid"], 0.0, 1.5, NODE, "p"), spec)
+    key = fake_services.kinds.of(the_check()).state_key(NS, "probe")
+    write = khstate.HistoryWrite(lambda _s: record, 24, True, fake_services.clock.wall(),
+                                 rollup=fake_services.rollups.write(key, fake_services.clock.wall(), 60.0))
+    write.apply(spec)
+    again, _ = rollcodec.parse(spec[uptime.FIELD])
+    assert counts(again) == (1, 0, 0)
