@@ -97,12 +97,14 @@ from bench.scalereport import (
     sim_figures,
     targets,
 )
+from kuberhealthy.records import uptime
 from testbed.clients.rawhttp import request
 from testbed.cluster.apiserver import ADMIN_TOKEN, TestCluster, start_cluster
-from testbed.cluster.builders import khc, khcheck, khs, pods_path
+from testbed.cluster.builders import khc, khcheck, khs, khstate, pods_path
 from testbed.cluster.crds import install_crds
 from testbed.cluster.objects import create_namespace
 from testbed.daemons.process import DaemonProcess
+from testbed.fakes.world import month_of_runs
 from testbed.paths import REPO
 from testbed.procs import end_group
 from testbed.stats import cpu_seconds, summary
@@ -140,6 +142,24 @@ def create_checks(cluster: TestCluster, ns: str, args: argparse.Namespace,
     with ThreadPoolExecutor(max_workers=8, thread_name_prefix="create") as pool:
         for f in [pool.submit(cluster.request, "POST", path, body) for path, body in order]:
             f.result()
+
+
+def seed_rollups(cluster: TestCluster, ns: str, khchecks: int) -> int:
+    """A khstate for each of the first `khchecks` scale checks whose rollups hold 30 days of 1-minute runs
+    (testbed/fakes/world.py month_of_runs): the value's size in bytes."""
+    value = month_of_runs(time.time())
+    bodies = [khstate(f"scale-{i:04d}", OK=True, Errors=[], Namespace=ns, **{uptime.FIELD: value})
+              for i in range(khchecks)]
+    with ThreadPoolExecutor(max_workers=8, thread_name_prefix="seed") as pool:
+        for f in [pool.submit(cluster.request, "POST", khs(ns), body) for body in bodies]:
+            f.result()
+    return len(json.dumps(value, separators=(",", ":")))
+
+
+def object_sizes(items: list[dict[str, Any]]) -> dict[str, float]:
+    """Mean and largest size (compact JSON, bytes) of these objects."""
+    sizes = [len(json.dumps(i, separators=(",", ":"))) for i in items]
+    return {"mean": round(sum(sizes) / len(sizes), 1) if sizes else 0.0, "max": max(sizes, default=0)}
 
 
 def http_ok(port: int, path: str, timeout: float = 5.0) -> bool:
@@ -260,6 +280,12 @@ def measure(args: argparse.Namespace, outdir: Path) -> dict[str, Any]:
         create_checks(cluster, ns, args, counts)
         say(f"{counts[KIND_KHCHECK]} khchecks and {counts[KIND_HEALTHCHECK]} HealthChecks created in "
             f"{time.monotonic() - t:.1f}s")
+        if getattr(args, "seed_rollups", False):
+            t = time.monotonic()
+            seeded = seed_rollups(cluster, ns, counts[KIND_KHCHECK])
+            row["seeded_rollup_bytes"] = seeded
+            say(f"{counts[KIND_KHCHECK]} khstates seeded with 30 days of rollups ({seeded} bytes each) in "
+                f"{time.monotonic() - t:.1f}s")
         daemon = DaemonProcess(cluster, outdir, "kuberhealthy-scale-0", ns, {
             "enableForceMaster": True, "targetNamespace": ns, "logLevel": args.log_level}, source=source)
         d = daemon
@@ -329,6 +355,7 @@ def measure(args: argparse.Namespace, outdir: Path) -> dict[str, Any]:
             final = cluster.request("GET", khs(ns)).get("items") or []
             row["final_not_ok"] = sum(1 for s in final if not (s.get("spec") or {}).get("OK", False))
             row["final_khstates"] = len(final)
+            row["khstate_bytes"] = object_sizes(final)
             if counts[KIND_HEALTHCHECK]:
                 hcs = cluster.request("GET", scalemix.hcs_path(ns)).get("items") or []
                 row["final_hc_not_ok"] = sum(1 for h in hcs if not healthcheck_version(h, 0.0).ok)
@@ -458,6 +485,9 @@ def harness_args(ap: argparse.ArgumentParser, results: str) -> None:
     ap.add_argument("--log-level", default="info", help="the daemon's logLevel")
     ap.add_argument("--results", default="", help=f"where logs go (default {results})")
     ap.add_argument("--keep-audit", action="store_true", help="keep each test bed's audit log")
+    ap.add_argument("--seed-rollups", action="store_true",
+                    help="start every khcheck's khstate with 30 days of 1-minute runs in its uptime rollups (the "
+                         "steady state of a long-lived check: full size, parsed once, then written every run)")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -60,6 +60,7 @@ class Figures:
     root_p99_s: float | None
     false_failures: int
     refused: int
+    khstate_kb: float | None = None  # the mean khstate at the end, compact JSON
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,8 @@ def figures(row: dict[str, Any]) -> Figures | None:
     return Figures(runs=runs, cores=cpu["daemon"], cpu_per_run_ms=seconds * 1000 / runs if runs else None,
                    api_per_run=row["api"]["per_run"], peak_pss_mb=row["mem"]["peak_pss_mb"],
                    root_p99_s=row["status_page"]["p99"], false_failures=int(row["false_failures"]["results"]),
-                   refused=int(row["sim"].get("refused_total") or 0))
+                   refused=int(row["sim"].get("refused_total") or 0),
+                   khstate_kb=(row["khstate_bytes"]["mean"] / 1024) if row.get("khstate_bytes") else None)
 
 
 def ratio(new: Figures | None, old: Figures | None) -> float | None:
@@ -123,15 +125,16 @@ def _ratio_txt(v: float | None) -> str:
 
 
 TABLE_HEADER = ("| measurement | runs | daemon CPU (cores) | CPU per run | new/old | API req per run | peak PSS "
-                "| `/` p99 | false failures |")
+                "| `/` p99 | false failures | khstate (mean) |")
 
 
 def _line(label: str, f: Figures | None, r: float | None, error: str = "") -> str:
     if f is None:
-        return f"| {label} | not measured: {error} | | | | | | | |"
+        return f"| {label} | not measured: {error} | | | | | | | | |"
     ff = f"{f.false_failures}" + (f" (+{f.refused} refused)" if f.refused else "")
     return (f"| {label} | {f.runs:,} | {f.cores:.3f} | {_num(f.cpu_per_run_ms, '.1f', ' ms')} | {_ratio_txt(r)} "
-            f"| {_num(f.api_per_run, '.2f')} | {f.peak_pss_mb:.0f} MB | {fmt_s(f.root_p99_s)} | {ff} |")
+            f"| {_num(f.api_per_run, '.2f')} | {f.peak_pss_mb:.0f} MB | {fmt_s(f.root_p99_s)} | {ff} "
+            f"| {_num(f.khstate_kb, '.1f', ' KiB')} |")
 
 
 def _median_figures(fs: Sequence[Figures]) -> Figures | None:
@@ -143,14 +146,15 @@ def _median_figures(fs: Sequence[Figures]) -> Figures | None:
                    peak_pss_mb=statistics.median(f.peak_pss_mb for f in fs),
                    root_p99_s=middle([f.root_p99_s for f in fs]),
                    false_failures=round(statistics.median(f.false_failures for f in fs)),
-                   refused=round(statistics.median(f.refused for f in fs)))
+                   refused=round(statistics.median(f.refused for f in fs)),
+                   khstate_kb=middle([f.khstate_kb for f in fs]))
 
 
 def size_table(measured: Sequence[Measured], n: int, labels: dict[str, str]) -> list[str]:
     """The Markdown table of one size: each measurement in round order, the medians of each side, and the
     overall ratio (the median of the rounds' ratios) with its target."""
     ratios = dict(round_ratios(measured, n))
-    lines = [f"{n:,} checks", "", TABLE_HEADER, "|" + "---|" * 9]
+    lines = [f"{n:,} checks", "", TABLE_HEADER, "|" + "---|" * 10]
     for m in sorted((m for m in measured if m.n == n), key=lambda m: (m.round, m.side != OLD)):
         lines.append(_line(f"round {m.round} {m.side} ({labels[m.side]})", figures(m.row),
                            ratios.get(m.round) if m.side == NEW else None, str(m.row.get("error", ""))))

@@ -117,8 +117,9 @@ class HealthCheckStore:
         if not first:
             return
         lost = ("the installed HealthCheck CRD drops Kuberhealthy's own status fields (run binding, history, "
-                "token binding, node): the run binding is kept in the HealthCheck's annotations (one more write "
-                "per run); history and token binding are not kept. Install this chart's CRD to keep them")
+                "uptime rollups, token binding, node): the run binding is kept in the HealthCheck's annotations "
+                "(one more write per run); history, uptime rollups and token binding are not kept. Install this "
+                "chart's CRD to keep them")
         logger.warning("HealthCheck %s/%s: %s", (hc.get("metadata") or {}).get("namespace"),
                        (hc.get("metadata") or {}).get("name"), lost)
         if self._on_pruned is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
+import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -20,7 +21,7 @@ from kuberhealthy.needs import ResultSink
 from kuberhealthy.outputs.events import ObjectRef
 from kuberhealthy.outputs.heldreports import HeldReports
 from kuberhealthy.outputs.runstats import SchedulingMetrics
-from kuberhealthy.records import hcstate, khstate, kinds, migration
+from kuberhealthy.records import hcstate, khstate, kinds, migration, rollcodec, rollups
 from kuberhealthy.records.checkpod import (
     CHECK_NAME_ANNOTATION,
     CHECK_POD_SELECTOR,
@@ -154,6 +155,17 @@ def khstate_of(name: str, namespace: str = NS, annotations: dict[str, str] | Non
     if annotations:
         body["metadata"]["annotations"] = dict(annotations)
     return body
+
+
+def month_of_runs(now: float, seed: int = 30) -> dict[str, Any]:
+    """The stored uptime rollups of a check run every minute for the 30 days before `now` (one run in 20
+    failed, durations spread over 1-4 s): a long-lived check's value, at its full size."""
+    rollup, rng, t = rollups.empty(), random.Random(seed), now - 30 * 86400
+    while t < now - 60:
+        outcome = rollups.FAILED if rng.random() < 0.05 else rollups.OK
+        rollup = rollups.record(rollup, t, outcome, rng.uniform(1.0, 4.0), interval=60.0)
+        t += 60
+    return rollcodec.serialize(rollup)
 
 
 def check_spec(name: str = "probe", namespace: str = NS, **kwargs: Any) -> CheckSpec:

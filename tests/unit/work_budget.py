@@ -43,18 +43,21 @@ from typing import TypeVar
 import kuberhealthy
 import testbed
 from kuberhealthy.checkclient import RUN_UUID_HEADER
-from kuberhealthy.kube import HEALTHCHECKS, KHCHECKS, PODS, Obj
+from kuberhealthy.kube import HEALTHCHECKS, KHCHECKS, KHSTATES, PODS, Obj
+from kuberhealthy.records import uptime
 from kuberhealthy.records.checkspec import CheckSpec
 from kuberhealthy.records.kinds import KIND_HEALTHCHECK
 from kuberhealthy.run.runner import Outcome, Runner, RunResult
 from kuberhealthy.web import create_app
 from testbed.fakes import FakeServices, FakeStop, check_spec, healthcheck, khcheck, report
 from testbed.fakes.workcount import CallCounter, ParkingFlag
+from testbed.fakes.world import khstate_of, month_of_runs
 
 BUDGET_FILE = Path(__file__).with_name("work_budget.json")
 MARGIN = 1.10  # a count fails above its budget x MARGIN
 REGENERATE = ".venv/bin/python -m tests.unit.work_budget --write"
-RUNS = {"stored": 20, "posted": 20, "hc-stored": 20, "hc-posted": 20}  # counted runs of each kind
+# counted runs of each kind; "-30d": the check's state starts with 30 days of 1-minute runs in its uptime rollups
+RUNS = {"stored": 20, "posted": 20, "hc-stored": 20, "hc-posted": 20, "stored-30d": 20}
 HC = "hc-"  # the kinds of run of a HealthCheck: HC + how its report arrives
 REPORT_PATHS = {"": "/externalCheckStatus", HC: "/check"}
 CHECK = check_spec("budget", timeout="60s")
@@ -79,7 +82,7 @@ class Scene:
         self.services = FakeServices()
         self.client = create_app(self.services, caller_wait=0.0).test_client()
         self.prefix = HC if kind.startswith(HC) else ""
-        self.way = kind.removeprefix(self.prefix)  # "stored" or "posted"
+        self.way, _, history = kind.removeprefix(self.prefix).partition("-")  # "stored" or "posted"
         if self.prefix:
             hc_kind = self.services.kinds.named(KIND_HEALTHCHECK)
             assert hc_kind is not None
@@ -88,6 +91,9 @@ class Scene:
         else:
             self.services.api.put(KHCHECKS, khcheck(CHECK.name, timeout="60s"))
             self.check = CHECK
+            if history == "30d":
+                self.services.api.put(KHSTATES, khstate_of(CHECK.name, CHECK.namespace, **{
+                    uptime.FIELD: month_of_runs(self.services.clock.wall())}))
         if tamper is not None:
             tamper(self.services)
 
