@@ -14,9 +14,10 @@ be more, histograms are made coarser, level by level, first in hours older than 
 a day, then in all (oldest hours first each time), then the oldest hours are dropped. What was dropped
 stays dropped (the stored object is the rollup; the next writer continues from it).
 
-Incremental. A run changes the newest hour, or adds one: pack() given the previous Packed of the same
-rollup re-encodes only that hour, not the 720 before it. When the value would pass the budget it is fitted
-to HEADROOM bytes under it, so the next runs' growth does not fit it again at every write.
+Incremental. A run changes the newest hour, or adds one: extend() re-encodes only that hour, from a Tail
+(the bytes and the newest two hours), not the 720 before it, and newest_after() decodes only the hours
+from where the newest started. When the value would pass the budget it is fitted to HEADROOM bytes under
+it, so the next runs' growth does not fit it again at every write.
 
 Not here: the arithmetic of buckets and windows (rollups.py), where the value is kept (uptime.py).
 """
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,11 +33,13 @@ from kuberhealthy.records.rollups import (
     _MAX_COUNT,
     BUDGET_BYTES,
     DROPPED,
+    HOUR,
     HOURS,
     MAX_INDEX,
     VERSION,
     Hour,
     Rollup,
+    _add,
     _coarsen,
     _since,
 )
@@ -139,51 +143,74 @@ def serialize(rollup: Rollup) -> dict[str, Any]:
     return pack(rollup).value()
 
 
-@dataclass(frozen=True)
-class Packed:
-    """A rollup with its encoding; `head` is how many bytes of `data` encode all hours but the newest."""
+def _text(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
 
-    rollup: Rollup
+
+@dataclass(frozen=True)
+class Tail:
+    """A packed rollup as a writer or reader keeps it between writes: its bytes and only what the next run
+    touches (its newest hour and the one before, where the newest hour's bytes start), not its 721 hours.
+    A parsed month is ~280 KB of objects; a Tail is its ~6 KB of bytes."""
+
     data: bytes
-    head: int
+    last_at: int = 0  # where the newest hour's bytes start (the bytes before it encode all older hours)
+    first: int = 0  # the oldest hour
+    last: Hour | None = None  # None: no hours
+    prev: Hour | None = None
 
     def value(self) -> dict[str, Any]:
-        return {"v": VERSION, "hours": base64.b64encode(self.data).decode("ascii")}
+        return {"v": VERSION, "hours": _text(self.data)}
 
 
-def _packed(rollup: Rollup) -> Packed:
-    hours = rollup.hours
+def _tail(hours: tuple[Hour, ...]) -> Tail:
     if not hours:
-        return Packed(rollup, b"", 0)
+        return Tail(b"")
     head = bytearray()
     _varint(hours[0].hour, head)
     for k, h in enumerate(hours[:-1]):
         head += _encode_hour(h, hours[k - 1] if k else None)
-    return Packed(rollup, bytes(head) + _encode_hour(hours[-1], hours[-2] if len(hours) > 1 else None), len(head))
+    prev = hours[-2] if len(hours) > 1 else None
+    return Tail(bytes(head) + _encode_hour(hours[-1], prev), len(head), hours[0].hour, hours[-1], prev)
 
 
-def _same(a: tuple[Hour, ...], b: tuple[Hour, ...]) -> bool:
-    """The same Hour objects (not equal ones: the same, as record() keeps them), in the same order."""
-    return len(a) == len(b) and not [x for x, y in zip(a, b, strict=True) if x is not y]
-
-
-def pack(rollup: Rollup, previous: Packed | None = None) -> Packed:
-    """`rollup` encoded within the budget. With `previous` (the Packed this rollup was made from by
-    record()/paused() of its newest hours), the hours both share are not encoded again."""
+def pack(rollup: Rollup) -> Tail:
+    """`rollup` encoded within the budget: fitted HEADROOM bytes under it when it is over, so the runs
+    that follow grow it for a while without being fitted again."""
     hours = rollup.hours
-    packed: Packed | None = None
-    if previous is not None and hours and previous.rollup.hours:
-        old = previous.rollup.hours
-        last = _encode_hour(hours[-1], hours[-2] if len(hours) > 1 else None)
-        if hours[0].hour == old[0].hour and _same(hours[:-1], old[:-1]):  # the newest hour changed
-            packed = Packed(rollup, previous.data[:previous.head] + last, previous.head)
-        elif _same(hours[:-1], old):  # an hour was added
-            packed = Packed(rollup, previous.data + last, len(previous.data))
-    if packed is None:
-        packed = _packed(rollup)
-    if len(packed.data) > _raw_limit(BUDGET_BYTES) or (hours and hours[-1].hour - hours[0].hour >= HOURS):
-        packed = _packed(fit(rollup, BUDGET_BYTES - HEADROOM))
-    return packed
+    tail = _tail(hours)
+    if len(tail.data) > _raw_limit(BUDGET_BYTES) or (hours and hours[-1].hour - hours[0].hour >= HOURS):
+        tail = _tail(fit(rollup, BUDGET_BYTES - HEADROOM).hours)
+    return tail
+
+
+def extend(tail: Tail, now: float, outcome: str, duration: float | None, interval: float | None) -> Tail | None:
+    """The Tail after rollups.record(..., now, outcome, duration, interval=interval) of its rollup, when
+    that only changes its newest hour or adds hours after it within the kept 30 days and the budget (the
+    common case: a run in the current hour, or the first run of a new one). None otherwise: then decode,
+    record and pack the whole rollup."""
+    last = tail.last
+    if last is None or not math.isfinite(now):
+        return None
+    hour = int(now // HOUR)
+    if hour == last.hour:
+        h = _add(last, outcome, duration)
+        data = tail.data[:tail.last_at] + _encode_hour(h, tail.prev)
+        return Tail(data, tail.last_at, tail.first, h, tail.prev) if len(data) <= _raw_limit(BUDGET_BYTES) else None
+    if hour < last.hour or hour - tail.first >= HOURS:
+        return None
+    added: list[Hour] = []
+    if interval is not None and (hour - last.hour - 1) * HOUR < 2 * interval:
+        added = [Hour(k) for k in range(last.hour + 1, hour)]  # nothing was due in them: spanned
+    added.append(_add(Hour(hour), outcome, duration))
+    out, prev, last_at = bytearray(tail.data), last, 0
+    for h in added:
+        last_at = len(out)
+        out += _encode_hour(h, prev)
+        prev = h
+    if len(out) > _raw_limit(BUDGET_BYTES):
+        return None
+    return Tail(bytes(out), last_at, tail.first, added[-1], added[-2] if len(added) > 1 else last)
 
 
 class _Nonsense(ValueError):
@@ -215,15 +242,16 @@ class _Reader:
         raise _Nonsense("truncated")
 
 
-def _decode(data: bytes) -> tuple[Hour, ...]:
-    if not data:
-        return ()
-    r = _Reader(data)
-    hour = r.varint()
-    first, hours = hour, list[Hour]()
+def _decode_run(r: _Reader, hour: int, first: int, previous: Hour | None) -> tuple[list[Hour], int]:
+    """The hours from r.pos to the end, the one before them being `previous` (None: they are the first) at
+    `hour`; and where the last of them starts."""
+    hours: list[Hour] = []
+    last_at = r.pos
+    data = r.data
     while r.pos < len(data):
+        last_at = r.pos
         delta = r.varint(HOURS)
-        if (delta == 0) != (not hours):
+        if (delta == 0) != (previous is None):
             raise _Nonsense("hours out of order")
         hour += delta
         if hour - first >= HOURS:
@@ -242,7 +270,7 @@ def _decode(data: bytes) -> tuple[Hour, ...]:
             top = MAX_INDEX >> level
             n, z = r.varint(2 * top + 3), r.varint(2 * top + 1)
             n, implied = n // 2, n % 2
-            i = _first_bin(hours[-1] if hours else None, level) + (z // 2 if z % 2 == 0 else -(z + 1) // 2) - 1
+            i = _first_bin(previous, level) + (z // 2 if z % 2 == 0 else -(z + 1) // 2) - 1
             if not -1 <= i < top:
                 raise _Nonsense("a histogram out of range")
             for k in range(n):
@@ -256,29 +284,89 @@ def _decode(data: bytes) -> tuple[Hour, ...]:
                 bins.append((i, count))
             if not bins:
                 raise _Nonsense("an empty histogram flagged")
-        hours.append(Hour(hour, ok, failed, skipped, bool(flags & 8), level, tuple(bins)))
-    return tuple(hours)
+        previous = Hour(hour, ok, failed, skipped, bool(flags & 8), level, tuple(bins))
+        hours.append(previous)
+    return hours, last_at
+
+
+def _decode(data: bytes) -> tuple[tuple[Hour, ...], int]:
+    """Every hour of `data`, and where the newest one starts."""
+    if not data:
+        return (), 0
+    r = _Reader(data)
+    hour = r.varint()
+    hours, last_at = _decode_run(r, hour, hour, None)
+    return tuple(hours), last_at
+
+
+def tail_of(hours: tuple[Hour, ...], data: bytes, last_at: int) -> Tail:
+    if not hours:
+        return Tail(data)
+    return Tail(data, last_at, hours[0].hour, hours[-1], hours[-2] if len(hours) > 1 else None)
+
+
+def newest_after(data: bytes, tail: Tail) -> list[Hour] | None:
+    """The hours `data` holds from where `tail`'s newest hour started, when everything before that is
+    `tail`'s (the newest hour changed, or hours were added after it); None when not (decode it all)."""
+    if tail.last is None or len(data) < tail.last_at or data[:tail.last_at] != tail.data[:tail.last_at]:
+        return None
+    return newest_from(data, tail.last_at, tail.first, tail.prev, tail.last.hour)
+
+
+def newest_from(data: bytes, at: int, first: int, prev: Hour | None, hour: int) -> list[Hour] | None:
+    """The hours `data` holds from byte `at` on, where an hour `hour` starts after `prev` (the caller
+    knows the bytes before `at` are the ones it decoded); None when they do not read so."""
+    r = _Reader(data)
+    r.pos = at
+    try:
+        hours, _ = _decode_run(r, prev.hour if prev is not None else 0, first, prev)
+    except _Nonsense:
+        return None
+    return hours if hours and hours[0].hour == hour else None
+
+
+def _bytes(raw: Any) -> bytes:
+    """The packed bytes of a stored value; _Nonsense saying why not."""
+    if not isinstance(raw, dict):
+        raise _Nonsense(f"a {type(raw).__name__}, not an object")
+    version, text = raw.get("v"), raw.get("hours")
+    if version != VERSION or isinstance(version, bool):
+        raise _Nonsense(f"version {version!r}, this daemon reads {VERSION}")
+    if not isinstance(text, str) or len(text) > _MAX_INPUT:
+        raise _Nonsense(f"hours is not a string of at most {_MAX_INPUT} characters")
+    try:
+        return base64.b64decode(text.encode("ascii"), validate=True)
+    except (binascii.Error, UnicodeEncodeError):
+        raise _Nonsense("hours is not base64") from None
+
+
+def _unreadable(e: _Nonsense) -> str:
+    return f"the stored uptime rollup could not be read ({e}); it starts afresh"
+
+
+def data_of(raw: Any) -> bytes | None:
+    """The packed bytes of a stored value (None: it holds none this version reads). Decoding base64 is
+    cheap: compare these, not the text, with what was kept."""
+    try:
+        return _bytes(raw)
+    except _Nonsense:
+        return None
 
 
 def parse(raw: Any) -> tuple[Rollup, str | None]:
     """The rollup a state object holds (None: none yet) and a warning for an Event when what it holds
     cannot be read (then the rollup is empty: it starts afresh). Never raises."""
+    rollup, _, warning = parse_tail(raw)
+    return rollup, warning
+
+
+def parse_tail(raw: Any) -> tuple[Rollup, Tail, str | None]:
+    """parse(), and the value's Tail."""
     if raw is None:
-        return Rollup(), None
+        return Rollup(), Tail(b""), None
     try:
-        if not isinstance(raw, dict):
-            raise _Nonsense(f"a {type(raw).__name__}, not an object")
-        version, text = raw.get("v"), raw.get("hours")
-        if version != VERSION or isinstance(version, bool):
-            raise _Nonsense(f"version {version!r}, this daemon reads {VERSION}")
-        if not isinstance(text, str) or len(text) > _MAX_INPUT:
-            raise _Nonsense(f"hours is not a string of at most {_MAX_INPUT} characters")
-        try:
-            data = base64.b64decode(text.encode("ascii"), validate=True)
-        except (binascii.Error, UnicodeEncodeError):
-            raise _Nonsense("hours is not base64") from None
-        return Rollup(_decode(data)), None
+        data = _bytes(raw)
+        hours, last_at = _decode(data)
     except _Nonsense as e:
-        return Rollup(), f"the stored uptime rollup could not be read ({e}); it starts afresh"
-
-
+        return Rollup(), Tail(b""), _unreadable(e)
+    return Rollup(hours), tail_of(hours, data, last_at), None

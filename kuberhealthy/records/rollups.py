@@ -242,25 +242,35 @@ def _percentiles(weighted: Iterable[tuple[Hour, float]], ps: Iterable[int]) -> l
     return out
 
 
+def _entry(name: str, parts: list[tuple[Hour, float, float]], seconds: float) -> dict[str, float | None]:
+    """One window's figures from its parts: (bucket, weight, seconds of the window it spans)."""
+    ok = sum(h.ok * w for h, w, _ in parts)
+    judged = sum((h.ok + h.failed) * w for h, w, _ in parts)
+    finished = any(h.ok + h.failed for h, w, _ in parts if w > 0)
+    entry: dict[str, float | None] = {
+        "uptime": ok / judged if finished and judged > 0 else None,
+        "coverage": min(1.0, sum(inside for _, _, inside in parts) / seconds)}
+    if name in _PERCENTILE_WINDOWS:
+        p50, p95, p99 = _percentiles(((h, w) for h, w, _ in parts), (50, 95, 99))
+        entry.update(durationP50=p50, durationP95=p95, durationP99=p99)
+    return entry
+
+
 def windows(rollup: Rollup, now: float) -> dict[str, dict[str, float | None]]:
     """Per window ("1h", "24h", "7d", "30d", each ending at `now`): uptime = OK / (OK + failed), None
     while it holds no finished run; coverage = the share of it the rollups span (0..1); for "24h" and
     "7d" also durationP50, durationP95, durationP99 (seconds, None without a duration)."""
-    out: dict[str, dict[str, float | None]] = {}
-    for name, hours in WINDOWS.items():
-        seconds = hours * HOUR
-        parts = _weighted(rollup, now, seconds)
-        ok = sum(h.ok * w for h, w, _ in parts)
-        judged = sum((h.ok + h.failed) * w for h, w, _ in parts)
-        finished = any(h.ok + h.failed for h, w, _ in parts if w > 0)
-        entry: dict[str, float | None] = {
-            "uptime": ok / judged if finished and judged > 0 else None,
-            "coverage": min(1.0, sum(inside for _, _, inside in parts) / seconds)}
-        if name in _PERCENTILE_WINDOWS:
-            p50, p95, p99 = _percentiles(((h, w) for h, w, _ in parts), (50, 95, 99))
-            entry.update(durationP50=p50, durationP95=p95, durationP99=p99)
-        out[name] = entry
-    return out
+    return {name: _entry(name, _weighted(rollup, now, hours * HOUR), hours * HOUR) for name, hours in WINDOWS.items()}
+
+
+def _slot(start: int, width: int, hours: list[Hour], spanned: int | None = None) -> dict[str, Any]:
+    """One timeline bucket of `width` hours from hour `start`: its hours' sums and percentiles."""
+    p50, p95 = _percentiles(((h, 1.0) for h in hours), (50, 95))
+    return {"start": format_time(start * HOUR), "ok": sum(h.ok for h in hours),
+            "failed": sum(h.failed for h in hours), "skipped": sum(h.skipped for h in hours),
+            "paused": sum(h.paused for h in hours),
+            "coverage": (len(hours) if spanned is None else spanned) / width,
+            "durationP50": p50, "durationP95": p95}
 
 
 def timeline(rollup: Rollup, now: float, window: str) -> list[dict[str, Any]]:
@@ -276,12 +286,78 @@ def timeline(rollup: Rollup, now: float, window: str) -> list[dict[str, Any]]:
     for h in rollup.hours:
         if last - count < h.hour // width <= last:
             by_slot.setdefault(h.hour // width, []).append(h)
-    out = []
-    for slot in range(last - count + 1, last + 1):
-        hours = by_slot.get(slot, [])
-        p50, p95 = _percentiles(((h, 1.0) for h in hours), (50, 95))
-        out.append({"start": format_time(slot * width * HOUR), "ok": sum(h.ok for h in hours),
-                    "failed": sum(h.failed for h in hours), "skipped": sum(h.skipped for h in hours),
-                    "paused": sum(h.paused for h in hours), "coverage": len(hours) / width,
-                    "durationP50": p50, "durationP95": p95})
+    return [_slot(slot * width, width, by_slot.get(slot, [])) for slot in range(last - count + 1, last + 1)]
+
+
+# --- the same figures from a summary: what a reader keeps between two runs ----------------------------------
+
+@dataclass(frozen=True)
+class Summary:
+    """What windows() and the 30-day timeline need of a rollup whose newest bucket is `hour`, without its
+    721 buckets: per window the sum of the buckets strictly inside it (any moment of `hour` has the same
+    ones), its edge bucket (partly inside), and the same per UTC day for the days before `hour`'s.
+    A merged bucket stands for many: its histogram at the coarsest level of theirs, `paused` unused."""
+
+    hour: int
+    inner: tuple[tuple[str, Hour, int, Hour | None], ...]  # (window, sum of inner buckets, how many, edge)
+    days: tuple[dict[str, Any], ...] = ()  # the 29 days before `hour`'s, oldest first (timeline "30d")
+    today: tuple[Hour, int, int] | None = None  # `hour`'s day before it: (merged, buckets, paused buckets)
+
+
+def _merged(hours: Iterable[Hour], histogram: bool = True) -> Hour:
+    hours = list(hours)
+    with_bins = [h for h in hours if h.bins] if histogram else []
+    level = max((h.level for h in with_bins), default=0)
+    return Hour(-1, sum(h.ok for h in hours), sum(h.failed for h in hours), sum(h.skipped for h in hours),
+                False, level, _with_bins((i >> (level - h.level), c) for h in with_bins for i, c in h.bins))
+
+
+def summarize(rollup: Rollup, days: bool = False) -> Summary | None:
+    """The Summary of a rollup at its newest bucket (None for an empty one); `days`: with the 30-day
+    timeline's days too (only the dashboards ask)."""
+    if not rollup.hours:
+        return None
+    newest = rollup.hours[-1].hour
+    by_hour = {h.hour: h for h in rollup.hours}
+    inner = []
+    for name, width in WINDOWS.items():
+        inside = [by_hour[k] for k in range(newest - width + 1, newest) if k in by_hour]
+        merged = _merged(inside, histogram=name in _PERCENTILE_WINDOWS)  # no percentiles of 1h, 30d
+        inner.append((name, merged, len(inside), by_hour.get(newest - width)))
+    if not days:
+        return Summary(newest, tuple(inner))
+    today = newest // 24
+    before = [by_hour[k] for k in range(today * 24, newest) if k in by_hour]
+    slots: dict[int, list[Hour]] = {}
+    for h in rollup.hours:
+        if today - 30 < h.hour // 24 < today:
+            slots.setdefault(h.hour // 24, []).append(h)
+    return Summary(newest, tuple(inner), tuple(_slot(d * 24, 24, slots.get(d, [])) for d in range(today - 29, today)),
+                   (_merged(before), len(before), sum(h.paused for h in before)))
+
+
+def windows_at(summary: Summary, newest: Hour, now: float) -> dict[str, dict[str, float | None]] | None:
+    """windows() of the rollup `summary` was made of with its newest bucket now `newest`, at `now`; None
+    unless `now` and `newest` are in the summary's hour (then ask windows())."""
+    if newest.hour != summary.hour or int(now // HOUR) != summary.hour:
+        return None
+    start = summary.hour * HOUR
+    out = {}
+    for name, merged, count, edge in summary.inner:
+        seconds = WINDOWS[name] * HOUR
+        parts = [(merged, 1.0, count * float(HOUR)), (newest, 1.0, now - start)]
+        if edge is not None:
+            inside = max(0.0, edge.hour * HOUR + HOUR - (now - seconds))
+            parts.insert(1, (edge, inside / HOUR, inside))
+        out[name] = _entry(name, parts, seconds)
     return out
+
+
+def days_at(summary: Summary, newest: Hour, now: float) -> list[dict[str, Any]] | None:
+    """timeline(..., "30d") from a Summary made with days (None as for windows_at)."""
+    if newest.hour != summary.hour or int(now // HOUR) != summary.hour or summary.today is None:
+        return None
+    merged, count, paused_hours = summary.today
+    today = _slot(summary.hour // 24 * 24, 24, [merged, newest], count + 1)
+    today["paused"] = paused_hours + newest.paused
+    return [*summary.days, today]

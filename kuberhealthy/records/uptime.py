@@ -8,9 +8,11 @@ object, until the next one carries it: runs that were skipped (not judged) and t
 paused. A pending item is dropped only once a write that carried it succeeded; a new leader starts with
 none pending (the state object is the one source).
 
-Memo. Parsing a full rollup costs milliseconds; a state object is written by this process and read back
-unchanged from the watch. `RollupMemo` keeps, per state object, the last stored text and what it parsed
-to (and its Packed encoding), so a write after a write only encodes the newest hour again.
+Memo. Decoding a month of hours costs milliseconds and its objects ~280 KB; a state object is written by
+this process and read back unchanged. `RollupMemo` keeps, per state object, the Tail of the value it last
+wrote (its ~6 KB of bytes and its newest two hours: rollcodec.Tail): a write after a write of the same
+value re-encodes only the newest hour, and the whole value is decoded only when someone else wrote it,
+a pause is marked, a new hour pushes the oldest out of the 30 days, or the budget is reached.
 
 Not here: the arithmetic (rollups.py), the bytes (rollcodec.py), the readers (web/uptime.py).
 """
@@ -22,7 +24,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kuberhealthy.records import rollcodec, rollups
-from kuberhealthy.records.rollups import Rollup
 
 FIELD = "rollups"  # the key in a khstate's spec and a HealthCheck's status
 MEMO_LIMIT = 20_000  # state objects remembered; past it the memo starts over (a parse each, once)
@@ -43,38 +44,27 @@ def text_of(raw: Any) -> str | None:
 
 
 class RollupMemo:
-    """Per state object (a key of the caller's choosing): the last stored text and its parse."""
+    """Per state object (a key of the caller's choosing): the Tail of the value last written or read."""
 
     def __init__(self, limit: int = MEMO_LIMIT) -> None:
         self._lock = threading.Lock()
         self._limit = limit
-        self._by_key: dict[str, tuple[str, rollcodec.Packed]] = {}
-        self.parses = 0  # values parsed (the rest came from the memo)
+        self._by_key: dict[str, rollcodec.Tail] = {}
+        self.parses = 0  # stored values decoded whole (the rest were extended from their Tail)
 
-    def packed(self, key: str, raw: Any) -> tuple[rollcodec.Packed | None, Rollup, str | None]:
-        """The stored value's rollup, its Packed when known, and a warning when it could not be read."""
-        text = text_of(raw)
-        if text is not None:
-            with self._lock:
-                hit = self._by_key.get(key)
-            if hit is not None and hit[0] == text:
-                return hit[1], hit[1].rollup, None
-        rollup, warning = rollcodec.parse(raw)
-        self.parses += raw is not None
-        if text is not None and warning is None:
-            packed = rollcodec.Packed(rollup, b"", 0)  # no encoding known: the next pack() encodes all
-            self.remember(key, text, packed)
-            return None, rollup, None
-        return None, rollup, warning
+    def tail(self, key: str, raw: Any) -> rollcodec.Tail | None:
+        """The kept Tail when the stored value is the one it was kept for."""
+        with self._lock:
+            hit = self._by_key.get(key)
+        if hit is None or rollcodec.data_of(raw) != hit.data:
+            return None
+        return hit
 
-    def rollup(self, key: str, raw: Any) -> Rollup:
-        return self.packed(key, raw)[1]
-
-    def remember(self, key: str, text: str, packed: rollcodec.Packed) -> None:
+    def remember(self, key: str, tail: rollcodec.Tail) -> None:
         with self._lock:
             if len(self._by_key) >= self._limit and key not in self._by_key:
                 self._by_key.clear()
-            self._by_key[key] = (text, packed)
+            self._by_key[key] = tail
 
     def forget(self, key: str) -> None:
         with self._lock:
@@ -158,16 +148,34 @@ class RollupBook:
 
     def apply(self, spec: dict[str, Any], w: RollupWrite, outcome: str | None, duration: float | None) -> str | None:
         """Set spec[FIELD] to the rollup after `w`; the warning when the stored value was nonsense."""
-        previous, rollup, warning = self.memo.packed(w.key, spec.get(FIELD))
-        for start, end in w.pending.paused:
-            rollup = rollups.paused(rollup, start, end)
-        for at in w.pending.skipped:
-            rollup = rollups.record(rollup, at, rollups.SKIPPED, None, interval=w.interval)
-        if outcome is not None:
-            rollup = rollups.record(rollup, w.now, outcome, duration, interval=w.interval)
-        rollup = rollups.trim(rollup, w.now)
-        packed = rollcodec.pack(rollup, previous if previous is not None and previous.data else None)
-        value = packed.value()
-        spec[FIELD] = value
-        self.memo.remember(w.key, value["hours"], packed)
+        raw = spec.get(FIELD)
+        kept = self.memo.tail(w.key, raw)
+        tail = self._extended(kept, w, outcome, duration) if kept is not None else None
+        warning = None
+        if tail is None:  # decode it all: a value another process wrote, a pause, a new month's hour, the budget
+            rollup, _, warning = rollcodec.parse_tail(raw)
+            self.memo.parses += raw is not None
+            for start, end in w.pending.paused:
+                rollup = rollups.paused(rollup, start, end)
+            for at in w.pending.skipped:
+                rollup = rollups.record(rollup, at, rollups.SKIPPED, None, interval=w.interval)
+            if outcome is not None:
+                rollup = rollups.record(rollup, w.now, outcome, duration, interval=w.interval)
+            tail = rollcodec.pack(rollups.trim(rollup, w.now))
+        spec[FIELD] = tail.value()
+        self.memo.remember(w.key, tail)
         return warning
+
+    @staticmethod
+    def _extended(tail: rollcodec.Tail | None, w: RollupWrite, outcome: str | None,
+                  duration: float | None) -> rollcodec.Tail | None:
+        """The kept Tail after `w`, when only its newest hours change (else None)."""
+        if w.pending.paused:
+            return None
+        for at in w.pending.skipped:
+            tail = rollcodec.extend(tail, at, rollups.SKIPPED, None, w.interval) if tail is not None else None
+        if outcome is not None and tail is not None:
+            tail = rollcodec.extend(tail, w.now, outcome, duration, w.interval)
+        if tail is None or tail.last is None or int(w.now // rollups.HOUR) - tail.first >= rollups.HOURS:
+            return None  # the whole value must be trimmed
+        return tail

@@ -13,20 +13,23 @@ Not here: how the figures are drawn (web/charts.py) or served (web/api.py, web/s
 """
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from kuberhealthy.kube import HEALTHCHECKS, KHSTATES, Cache, Obj
-from kuberhealthy.records import rollups
-from kuberhealthy.records.rollups import Rollup
+from kuberhealthy.records import rollcodec, rollups
+from kuberhealthy.records.rollups import Hour, Rollup
 from kuberhealthy.records.uptime import FIELD, RollupMemo, text_of
 from kuberhealthy.records.uptime import state_key as key_of
 
 FRESH = 60.0  # seconds a computed window or timeline is served before it is computed again
-KEPT = 5_000  # computed windows and timelines kept (the least recently used go first)
+KEPT = 5_000  # computed windows and 30-day timelines kept (the least recently used go first)
+HOURLY_KEPT = 32  # hourly timelines (24h, 7d) kept
 HEALTHCHECK = "healthcheck"  # web/entries.HEALTHCHECK (the one entry kind whose state is not a khstate)
 WINDOWS = tuple(rollups.WINDOWS)  # "1h", "24h", "7d", "30d"
 TIMELINES = rollups.TIMELINES  # "24h", "7d", "30d"
@@ -45,31 +48,81 @@ def stored(state: Obj | None) -> Any:
     return ((state or {}).get("spec") or {}).get(FIELD)
 
 
+@dataclass(frozen=True)
+class _Digest:
+    """What is kept of one check's stored rollup between its runs: a Summary at its newest hour (days too
+    once a 30-day timeline was asked for) and how to read the next value of the same hour: where its
+    newest hour starts, a hash of the bytes before that and of them all, the newest two hours. Never its
+    721 hours, nor its bytes (a hash stands for them: a collision would misread one check for an hour)."""
+
+    summary: rollups.Summary | None
+    size: int
+    whole: int  # hash of all the bytes
+    last_at: int
+    head: int  # hash of the bytes before last_at
+    first: int
+    last: Hour | None
+    prev: Hour | None
+
+
 class Uptime:
     """Windows and timelines per check, from the khstate cache and (with HealthChecks) their states in
-    the khstate shape (records/kinds.py: Kind.states)."""
+    the khstate shape (records/kinds.py: Kind.states).
+
+    Per check a _Digest: a run that changed only the newest hour (the common case) is read by decoding
+    that hour alone and adding it to the Summary; the whole value is decoded once per hour (or after
+    another writer's value). Hourly timelines (24h, 7d) decode the whole value and are kept for a few
+    checks only (a check's own page asks for them)."""
 
     def __init__(self, khstates: Cache, hc_states: Cache | None = None, memo: RollupMemo | None = None,
                  wall: Callable[[], float] = time.time, clock: Callable[[], float] = time.monotonic) -> None:
         self._khstates, self._hc_states = khstates, hc_states
-        self.memo = memo or RollupMemo()
+        self.memo = memo or RollupMemo()  # the writer's, in the leader (not used for reads)
         self._wall, self._clock = wall, clock
         self._lock = threading.Lock()
         # (what, key) -> (text, at, value), least recently used first
         self._computed: OrderedDict[tuple[str, str], tuple[str | None, float, Any]] = OrderedDict()
+        self._digests: dict[str, _Digest] = {}
+        self._hourlies: OrderedDict[tuple[str, str], tuple[str | None, float, Buckets]] = OrderedDict()
+        self.decodes = 0  # whole values decoded (figures and tests)
 
     def state(self, kind: str, namespace: str, name: str) -> Obj | None:
         cache = self._hc_states if kind == HEALTHCHECK else self._khstates
         return cache.get(namespace, name) if cache is not None else None
 
     def rollup_of(self, key: str, state: Obj | None) -> Rollup:
-        """The rollup a state holds (empty for none, and for one that cannot be read)."""
-        return self.memo.rollup(key, stored(state))
+        """The rollup a state holds, decoded whole (empty for none, and for one that cannot be read)."""
+        return rollcodec.parse(stored(state))[0]
 
     def rollup(self, kind: str, namespace: str, name: str) -> Rollup:
         return self.rollup_of(state_key(kind, namespace, name), self.state(kind, namespace, name))
 
-    def _kept(self, what: str, key: str, state: Obj | None, compute: Callable[[Rollup, float], Any]) -> Any:
+    def _digest(self, key: str, state: Obj | None, days: bool = False) -> tuple[_Digest, Hour | None] | None:
+        """The check's digest for its stored value now, and the value's newest hour (None: no value)."""
+        data = rollcodec.data_of(stored(state))
+        if data is None:
+            return None
+        with self._lock:
+            kept = self._digests.get(key)
+        if kept is not None and (not days or (kept.summary is not None and kept.summary.today is not None)):
+            if kept.size == len(data) and kept.whole == hash(data):
+                return kept, kept.last
+            newest = (rollcodec.newest_from(data, kept.last_at, kept.first, kept.prev, kept.last.hour)
+                      if kept.last is not None and hash(data[:kept.last_at]) == kept.head else None)
+            if newest is not None and len(newest) == 1:  # a run in the same hour: that hour alone was decoded
+                digest = dataclasses.replace(kept, size=len(data), whole=hash(data), last=newest[0])
+                with self._lock:
+                    self._digests[key] = digest
+                return digest, newest[0]
+        rollup, tail, _ = rollcodec.parse_tail(stored(state))
+        self.decodes += 1
+        digest = _Digest(rollups.summarize(rollup, days), len(data), hash(data), tail.last_at,
+                         hash(data[:tail.last_at]), tail.first, tail.last, tail.prev)
+        with self._lock:
+            self._digests[key] = digest
+        return digest, tail.last
+
+    def _kept(self, what: str, key: str, state: Obj | None, compute: Callable[[], Any]) -> Any:
         text = text_of(stored(state))
         at = self._clock()
         with self._lock:
@@ -78,7 +131,7 @@ class Uptime:
                 self._computed.move_to_end((what, key))
         if hit is not None and hit[0] == text and at - hit[1] < FRESH:
             return hit[2]
-        value = compute(self.rollup_of(key, state), self._wall())
+        value = compute()
         with self._lock:
             self._computed[(what, key)] = (text, at, value)
             while len(self._computed) > KEPT:
@@ -88,7 +141,15 @@ class Uptime:
     def windows_of(self, key: str, state: Obj | None) -> Windows:
         """rollups.windows() of a state now: uptime and coverage per window (1h, 24h, 7d, 30d), and the
         duration percentiles of 24h and 7d. Do not change what it returns (it is shared)."""
-        return self._kept("windows", key, state, rollups.windows)  # type: ignore[no-any-return]
+        def compute() -> Windows:
+            now = self._wall()
+            found = self._digest(key, state)
+            if found is None:
+                return rollups.windows(Rollup(), now)
+            digest, newest = found
+            fast = rollups.windows_at(digest.summary, newest, now) if digest.summary and newest else None
+            return fast if fast is not None else rollups.windows(self.rollup_of(key, state), now)
+        return self._kept("windows", key, state, compute)  # type: ignore[no-any-return]
 
     def windows(self, kind: str, namespace: str, name: str) -> Windows:
         return self.windows_of(state_key(kind, namespace, name), self.state(kind, namespace, name))
@@ -98,8 +159,33 @@ class Uptime:
         ValueError for another window. Do not change what it returns (it is shared)."""
         if window not in TIMELINES:
             raise ValueError(f"window must be one of {', '.join(TIMELINES)}, not {window!r}")
-        return self._kept(f"timeline {window}", key, state,  # type: ignore[no-any-return]
-                          lambda r, now: rollups.timeline(r, now, window))
+
+        def compute() -> Buckets:
+            now = self._wall()
+            if window == "30d":
+                found = self._digest(key, state, days=True)
+                if found is not None and found[0].summary is not None and found[1] is not None:
+                    fast = rollups.days_at(found[0].summary, found[1], now)
+                    if fast is not None:
+                        return fast
+            return rollups.timeline(self.rollup_of(key, state), now, window)
+        if window != "30d":  # a check's own page: decoded whole, kept for few checks
+            return self._hourly(key, state, window, compute)
+        return self._kept(f"timeline {window}", key, state, compute)  # type: ignore[no-any-return]
+
+    def _hourly(self, key: str, state: Obj | None, window: str, compute: Callable[[], Buckets]) -> Buckets:
+        text, at = text_of(stored(state)), self._clock()
+        with self._lock:
+            hit = self._hourlies.get((window, key))
+        if hit is not None and hit[0] == text and at - hit[1] < FRESH:
+            return hit[2]
+        value = compute()
+        with self._lock:
+            self._hourlies[(window, key)] = (text, at, value)
+            self._hourlies.move_to_end((window, key))
+            while len(self._hourlies) > HOURLY_KEPT:
+                self._hourlies.popitem(last=False)
+        return value
 
     def timeline(self, kind: str, namespace: str, name: str, window: str) -> Buckets:
         return self.timeline_of(state_key(kind, namespace, name), self.state(kind, namespace, name), window)
@@ -110,4 +196,6 @@ class Uptime:
         with self._lock:
             for k in [k for k in self._computed if k[1] == key]:
                 del self._computed[k]
-        self.memo.forget(key)
+            for k in [k for k in self._hourlies if k[1] == key]:
+                del self._hourlies[k]
+            self._digests.pop(key, None)
