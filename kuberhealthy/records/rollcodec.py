@@ -310,19 +310,21 @@ def newest_after(data: bytes, tail: Tail) -> list[Hour] | None:
     `tail`'s (the newest hour changed, or hours were added after it); None when not (decode it all)."""
     if tail.last is None or len(data) < tail.last_at or data[:tail.last_at] != tail.data[:tail.last_at]:
         return None
-    return newest_from(data, tail.last_at, tail.first, tail.prev, tail.last.hour)
+    found = newest_from(data, tail.last_at, tail.first, tail.prev, tail.last.hour)
+    return found[0] if found is not None else None
 
 
-def newest_from(data: bytes, at: int, first: int, prev: Hour | None, hour: int) -> list[Hour] | None:
+def newest_from(data: bytes, at: int, first: int, prev: Hour | None, hour: int) -> tuple[list[Hour], int] | None:
     """The hours `data` holds from byte `at` on, where an hour `hour` starts after `prev` (the caller
-    knows the bytes before `at` are the ones it decoded); None when they do not read so."""
+    knows the bytes before `at` are the ones it decoded), and where the last of them starts; None when
+    they do not read so."""
     r = _Reader(data)
     r.pos = at
     try:
-        hours, _ = _decode_run(r, prev.hour if prev is not None else 0, first, prev)
+        hours, last_at = _decode_run(r, prev.hour if prev is not None else 0, first, prev)
     except _Nonsense:
         return None
-    return hours if hours and hours[0].hour == hour else None
+    return (hours, last_at) if hours and hours[0].hour == hour else None
 
 
 def _bytes(raw: Any) -> bytes:

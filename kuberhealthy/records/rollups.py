@@ -293,10 +293,11 @@ def timeline(rollup: Rollup, now: float, window: str) -> list[dict[str, Any]]:
 
 @dataclass(frozen=True)
 class Summary:
-    """What windows() and the 30-day timeline need of a rollup whose newest bucket is `hour`, without its
-    721 buckets: per window the sum of the buckets strictly inside it (any moment of `hour` has the same
-    ones), its edge bucket (partly inside), and the same per UTC day for the days before `hour`'s.
-    A merged bucket stands for many: its histogram at the coarsest level of theirs, `paused` unused."""
+    """What windows() and the 30-day timeline need of a rollup at any moment of one hour (`hour`, at or
+    after its newest bucket), without its 721 buckets: per window the sum of the buckets strictly inside
+    it, its edge bucket (partly inside), and the days before `hour`'s day. The bucket of `hour` itself is
+    not in it: the caller adds it (a run in that hour changes only that bucket). A merged bucket stands
+    for many: its histogram at the coarsest level of theirs (none for 1h and 30d), `paused` unused."""
 
     hour: int
     inner: tuple[tuple[str, Hour, int, Hour | None], ...]  # (window, sum of inner buckets, how many, edge)
@@ -312,52 +313,53 @@ def _merged(hours: Iterable[Hour], histogram: bool = True) -> Hour:
                 False, level, _with_bins((i >> (level - h.level), c) for h in with_bins for i, c in h.bins))
 
 
-def summarize(rollup: Rollup, days: bool = False) -> Summary | None:
-    """The Summary of a rollup at its newest bucket (None for an empty one); `days`: with the 30-day
-    timeline's days too (only the dashboards ask)."""
-    if not rollup.hours:
-        return None
-    newest = rollup.hours[-1].hour
-    by_hour = {h.hour: h for h in rollup.hours}
+def summarize(rollup: Rollup, hour: int, days: bool = False) -> Summary:
+    """The Summary of a rollup for the moments of `hour` (unix // 3600, not before its newest bucket);
+    `days`: with the 30-day timeline's days too (only the pictures ask)."""
+    by_hour = {h.hour: h for h in rollup.hours if h.hour < hour}
     inner = []
     for name, width in WINDOWS.items():
-        inside = [by_hour[k] for k in range(newest - width + 1, newest) if k in by_hour]
+        inside = [by_hour[k] for k in range(hour - width + 1, hour) if k in by_hour]
         merged = _merged(inside, histogram=name in _PERCENTILE_WINDOWS)  # no percentiles of 1h, 30d
-        inner.append((name, merged, len(inside), by_hour.get(newest - width)))
+        inner.append((name, merged, len(inside), by_hour.get(hour - width)))
     if not days:
-        return Summary(newest, tuple(inner))
-    today = newest // 24
-    before = [by_hour[k] for k in range(today * 24, newest) if k in by_hour]
+        return Summary(hour, tuple(inner))
+    today = hour // 24
+    before = [by_hour[k] for k in range(today * 24, hour) if k in by_hour]
     slots: dict[int, list[Hour]] = {}
-    for h in rollup.hours:
+    for h in by_hour.values():
         if today - 30 < h.hour // 24 < today:
             slots.setdefault(h.hour // 24, []).append(h)
-    return Summary(newest, tuple(inner), tuple(_slot(d * 24, 24, slots.get(d, [])) for d in range(today - 29, today)),
+    return Summary(hour, tuple(inner), tuple(_slot(d * 24, 24, slots.get(d, [])) for d in range(today - 29, today)),
                    (_merged(before), len(before), sum(h.paused for h in before)))
 
 
-def windows_at(summary: Summary, newest: Hour, now: float) -> dict[str, dict[str, float | None]] | None:
-    """windows() of the rollup `summary` was made of with its newest bucket now `newest`, at `now`; None
-    unless `now` and `newest` are in the summary's hour (then ask windows())."""
-    if newest.hour != summary.hour or int(now // HOUR) != summary.hour:
+def windows_at(summary: Summary, current: Hour | None, now: float) -> dict[str, dict[str, float | None]] | None:
+    """windows() at `now` of the rollup `summary` was made of, its bucket of the summary's hour being
+    `current` (None: it has none); None unless `now` is in that hour (then ask windows())."""
+    if int(now // HOUR) != summary.hour or (current is not None and current.hour != summary.hour):
         return None
     start = summary.hour * HOUR
     out = {}
     for name, merged, count, edge in summary.inner:
         seconds = WINDOWS[name] * HOUR
-        parts = [(merged, 1.0, count * float(HOUR)), (newest, 1.0, now - start)]
+        parts = [(merged, 1.0, count * float(HOUR))]
         if edge is not None:
             inside = max(0.0, edge.hour * HOUR + HOUR - (now - seconds))
-            parts.insert(1, (edge, inside / HOUR, inside))
+            parts.append((edge, inside / HOUR, inside))
+        if current is not None:
+            parts.append((current, 1.0, now - start))
         out[name] = _entry(name, parts, seconds)
     return out
 
 
-def days_at(summary: Summary, newest: Hour, now: float) -> list[dict[str, Any]] | None:
+def days_at(summary: Summary, current: Hour | None, now: float) -> list[dict[str, Any]] | None:
     """timeline(..., "30d") from a Summary made with days (None as for windows_at)."""
-    if newest.hour != summary.hour or int(now // HOUR) != summary.hour or summary.today is None:
+    if int(now // HOUR) != summary.hour or summary.today is None or (
+            current is not None and current.hour != summary.hour):
         return None
     merged, count, paused_hours = summary.today
-    today = _slot(summary.hour // 24 * 24, 24, [merged, newest], count + 1)
-    today["paused"] = paused_hours + newest.paused
+    hours = [merged] if current is None else [merged, current]
+    today = _slot(summary.hour // 24 * 24, 24, hours, count + (current is not None))
+    today["paused"] = paused_hours + (current is not None and current.paused)
     return [*summary.days, today]

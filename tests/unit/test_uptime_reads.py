@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from kuberhealthy.kube import Obj
 from kuberhealthy.records import rollcodec, rollups
 from kuberhealthy.records.uptime import FIELD, RollupBook
-from kuberhealthy.web.uptime import Uptime, state_key
+from kuberhealthy.web.uptime import DECODES_PER_SECOND, FRESH, Uptime, state_key
 from testbed.fakes.world import month_of_runs
 
 T0 = 1_800_000_000.0  # on an hour
@@ -62,26 +62,39 @@ def random_rollup(rng: random.Random, end: float, hours: int) -> rollups.Rollup:
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.integers(0, 10**6), st.integers(1, 800), st.floats(0.0, 0.999))
-def test_windows_from_a_summary_and_the_newest_hour_equal_windows_of_the_whole_rollup(
-        seed: int, hours: int, into_hour: float) -> None:
+@given(st.integers(0, 10**6), st.integers(1, 800), st.floats(0.0, 0.999), st.sampled_from([0, 0, 1, 5, 30, 800]))
+def test_windows_from_a_summary_and_the_current_hour_equal_windows_of_the_whole_rollup(
+        seed: int, hours: int, into_hour: float, later: int) -> None:
+    """`later` hours after the newest bucket (0: now is in its hour): the same figures either way."""
     rng = random.Random(seed)
     rollup = random_rollup(rng, T0 + 0.5 * HOUR, hours)
-    summary = rollups.summarize(rollup, days=True)
-    assert summary is not None
-    now = (rollup.hours[-1].hour + into_hour) * HOUR
-    fast = rollups.windows_at(summary, rollup.hours[-1], now)
+    hour = rollup.hours[-1].hour + later
+    summary = rollups.summarize(rollup, hour, days=True)
+    current = rollup.hours[-1] if later == 0 else None
+    now = (hour + into_hour) * HOUR
+    fast = rollups.windows_at(summary, current, now)
     assert fast is not None and close(fast, rollups.windows(rollup, now))
-    days = rollups.days_at(summary, rollup.hours[-1], now)
+    days = rollups.days_at(summary, current, now)
     assert days is not None and close({"d": days}, {"d": rollups.timeline(rollup, now, "30d")})
 
 
 def test_a_summary_is_not_used_outside_its_hour() -> None:
     rollup = rollups.record(rollups.empty(), T0 + 10, rollups.OK, 1.0)
-    summary = rollups.summarize(rollup, days=True)
-    assert summary is not None
+    summary = rollups.summarize(rollup, rollup.hours[-1].hour, days=True)
     assert rollups.windows_at(summary, rollup.hours[-1], T0 + HOUR + 1) is None
     assert rollups.days_at(summary, rollup.hours[-1], T0 + HOUR + 1) is None
+
+
+def test_a_check_that_has_not_run_this_hour_is_decoded_once_in_the_hour_not_at_every_read() -> None:
+    clock = [T0 + 60.0]
+    states = States()
+    states.put({FIELD: month_of_runs(T0)})  # the newest bucket is the hour before T0
+    uptime = Uptime(states, wall=lambda: clock[0], clock=lambda: clock[0] * 1000)  # FRESH never holds
+    for i in range(10):
+        clock[0] = T0 + 60.0 + 300 * i
+        assert close(uptime.windows("check", "ns", "c"),
+                     rollups.windows(rollcodec.parse(month_of_runs(T0))[0], clock[0]))
+    assert uptime.decodes == 1
 
 
 def test_runs_in_the_same_hour_are_read_without_decoding_the_month_again() -> None:
@@ -127,3 +140,23 @@ def test_a_state_without_rollups_or_with_nonsense_reads_as_no_runs() -> None:
     assert [b["ok"] for b in uptime.timeline("check", "ns", "d", "30d")] == [0] * 30
     with pytest.raises(ValueError, match="24h, 7d, 30d"):
         uptime.timeline("check", "ns", "d", "1y")
+
+
+def test_when_the_hour_turns_one_listing_decodes_at_most_a_seconds_budget_and_serves_the_rest_as_they_were() -> None:
+    wall, mono = [T0 + 60.0], [0.0]
+    states = States()
+    value = month_of_runs(T0)
+    for i in range(150):
+        states.put({FIELD: value}, name=f"c{i}")
+    uptime = Uptime(states, wall=lambda: wall[0], clock=lambda: mono[0])
+    first = [uptime.windows("check", "ns", f"c{i}") for i in range(150)]
+    assert uptime.decodes == 150  # none had figures yet: every one is made
+    wall[0], mono[0] = T0 + HOUR + 60.0, mono[0] + 2 * FRESH  # the next hour; all due again
+    again = [uptime.windows("check", "ns", f"c{i}") for i in range(150)]
+    made = uptime.decodes - 150
+    assert made == DECODES_PER_SECOND
+    assert [a is b for a, b in zip(again, first, strict=True)].count(True) == 150 - made  # served as they were
+    mono[0] += 1.0  # a second later the budget is back
+    rest = [uptime.windows("check", "ns", f"c{i}") for i in range(150)]
+    assert uptime.decodes == 300
+    assert all(close(r, rollups.windows(rollcodec.parse(value)[0], wall[0])) for r in rest)
