@@ -33,6 +33,7 @@ from kuberhealthy.web.report.triage import Triage
 from kuberhealthy.web.status import routes as status_routes
 from kuberhealthy.web.status.metrics import CheckStatsCollector, InfluxCollector, make_registry
 from kuberhealthy.web.status.page import StatusCache
+from kuberhealthy.web.uptime import Uptime
 from kuberhealthy.web.v3 import logs as v3_logs
 from kuberhealthy.web.v3 import routes as v3_routes
 from kuberhealthy.web.v3 import summary as v3_summary
@@ -55,8 +56,9 @@ def create_app(services: WebNeeds, *, caller_wait: float = CALLER_WAIT,
                         healthchecks=v3.checks if v3 else None, hc_states=v3.states if v3 else None).attach()
     hc = HealthCheckCaches(v3.checks, v3.states, lambda: (services.config.healthcheck_run_interval,
                                                           services.config.healthcheck_timeout)) if v3 else None
+    uptime = Uptime(services.khstates, v3.states if v3 else None, memo=services.rollups.memo)
     views = ViewCache(services.khchecks, services.khjobs, services.khstates, services.pods,
-                      expose_logs=lambda: services.config.expose_logs, healthchecks=hc).attach()
+                      expose_logs=lambda: services.config.expose_logs, healthchecks=hc, uptime=uptime).attach()
     report_stats = ReportStats()
     ours = [CheckStatsCollector(views.entries, lambda: services.config),
             InfluxCollector(services.influx_points_dropped)]
@@ -68,7 +70,7 @@ def create_app(services: WebNeeds, *, caller_wait: float = CALLER_WAIT,
     limiter = ConfiguredLimiter(lambda: (services.config.report_rate_limit, services.config.report_rate_burst))
     admission = Admission(services, report_stats, tokens=tokens, triage=triage, caller_wait=caller_wait)
     kinds = check_kinds(services)
-    install(app, WebContext(services, limiter), cache, views, registry, kinds,
+    install(app, WebContext(services, limiter), cache, views, registry, kinds, uptime,
             v3_summary.Summary(views, kinds, services.current_master), v3_logs.StreamSlots(),
             status_routes.HtmlRoot(dashpage.prefers_html, dashpage.overview),
             report_routes.ReportDesk(services, report_stats, limiter, admission))

@@ -20,16 +20,27 @@ Beside each entry (not in its JSON) go the key the check is shown under (web/sho
 khcheck is not: its HealthCheck is), and the check's labels of the `kuberhealthy.io/` prefix, which
 /metrics turns into metric labels (web/status/metrics.py).
 
+Each entry also says `windows`: uptime and coverage over 1h, 24h, 7d and 30d, and duration percentiles
+over 24h and 7d, from the check's rollup in its state (web/uptime.py; every window null and uncovered
+without one).
+
 ViewCache keeps each entry and its JSON bytes, rebuilt only for the objects that changed (khcheck,
 khjob, khstate, HealthCheck or a checker pod of that name): a page of 1,000 checks with full histories
 is not re-serialised per request; an entry whose pause ends is rebuilt by the first read after its end.
+Windows end at "now", so they move while nothing is written: an entry whose state holds a rollup has its
+windows taken again by the first read FRESH seconds after they were (only the windows: the rest of its
+JSON is kept and the new windows spliced in; the entries built together at start are spread over the
+second half of that time, so no one read takes them all again at once).
 What it does not do: decide anything, or serve HTTP (web/api.py).
 """
 from __future__ import annotations
 
+import dataclasses
+import heapq
 import json
 import threading
 import time
+import zlib
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,12 +48,14 @@ from typing import Any
 from kuberhealthy.base.durations import parse_duration
 from kuberhealthy.base.times import format_time, parse_time
 from kuberhealthy.kube import Cache, Obj, key_of
-from kuberhealthy.records import pause
+from kuberhealthy.records import pause, rollups
 from kuberhealthy.records.checkpod import pod_check_index
 from kuberhealthy.records.checkspec import DEFAULT_RUN_INTERVAL, DEFAULT_TIMEOUT, HC_PREFIX
 from kuberhealthy.records.history import entries, stats
 from kuberhealthy.records.khstate import RunClaim, Spec
+from kuberhealthy.records.uptime import text_of
 from kuberhealthy.web.shown import Shown, single_run_only
+from kuberhealthy.web.uptime import FRESH, Uptime, Windows, state_key, stored
 
 CHECK = "check"
 JOB = "job"
@@ -53,6 +66,7 @@ LIVE_PHASES = ("Pending", "Running")
 LABEL_PREFIX = "kuberhealthy.io/"  # a check's labels under this prefix are kept beside its entry
 
 View = dict[str, Any]
+NO_WINDOWS: Windows = rollups.windows(rollups.empty(), 0.0)  # every window null, none of it covered
 Defaults = tuple[float, float]  # (runInterval, timeout) in seconds, where a spec leaves them unset
 
 
@@ -162,6 +176,19 @@ class Built:
     key: str = ""  # what `/` shows the check under and /metrics labels it with (web/shown.py)
     labels: Mapping[str, str] = field(default_factory=dict)  # prefixed_labels of the check or job
     shown: bool = True  # False: a migrated khcheck (its HealthCheck is shown); never listed
+    head: int = 0  # body[:head] is the entry's JSON up to its windows (`,"windows":{...}}` follows)
+    moving: bool = False  # its windows move with time (its state holds a rollup)
+
+
+def with_windows(view: View, windows: Windows) -> tuple[View, bytes, int]:
+    """The entry with these windows, its JSON, and where in it the windows start."""
+    base = json.dumps(view, separators=(",", ":")).encode()
+    head = len(base) - 1
+    return ({**view, "windows": windows},
+            base[:head] + b',"windows":' + json.dumps(windows, separators=(",", ":")).encode() + b"}", head)
+
+
+Stale = tuple[float, int, str, str, Built]  # when an entry's windows are due, a tie-breaker, kind, key, the entry
 
 
 @dataclass(frozen=True)
@@ -177,11 +204,13 @@ class HealthCheckCaches:
 class ViewCache:
     """Entries and their JSON, rebuilt per object only after one of its caches changed."""
 
-    def __init__(self, khchecks: Cache, khjobs: Cache, khstates: Cache, pods: Cache,
-                 expose_logs: Callable[[], bool], wall: Callable[[], float] = time.time,
-                 healthchecks: HealthCheckCaches | None = None) -> None:
+    # The daemon's four caches, then options by keyword (callers name each: none travel together)
+    def __init__(self, khchecks: Cache, khjobs: Cache, khstates: Cache, pods: Cache,  # noqa: PLR0913
+                 expose_logs: Callable[[], bool], *, wall: Callable[[], float] = time.time,
+                 healthchecks: HealthCheckCaches | None = None, uptime: Uptime | None = None) -> None:
         self._khchecks, self._khjobs, self._khstates, self._pods = khchecks, khjobs, khstates, pods
         self._hc = healthchecks
+        self._uptime = uptime
         self._shown = Shown(khchecks, khjobs, healthchecks.checks if healthchecks is not None else None)
         self._expose = expose_logs
         self._wall = wall
@@ -190,7 +219,10 @@ class ViewCache:
         self._all_dirty = True
         self._built: dict[tuple[str, str], Built] = {}  # (kind, "<ns>/<name>") -> entry
         self._pause_ends: dict[str, float] = {}  # "<ns>/<name>" -> when the pause its built entry shows ends
+        self._stale: list[Stale] = []  # heap: (when, sequence, kind, "<ns>/<name>", the Built then current)
+        self._seq = 0  # the heap's tie-breaker
         self.rebuilt = 0  # entries rebuilt so far (for tests and figures)
+        self.rewindowed = 0  # entries whose windows alone were taken again (for tests and figures)
 
     def attach(self) -> ViewCache:
         for cache in (self._khchecks, self._khjobs, self._khstates):
@@ -245,6 +277,7 @@ class ViewCache:
             dirty |= ended
             for key in ended:
                 del self._pause_ends[key]
+            due = self._due(now) if not all_dirty else []
         sources = self._sources()
         objects: dict[tuple[str, str], Obj] = {}
         for kind, cache in sources:
@@ -262,30 +295,76 @@ class ViewCache:
             built = self._build(kind, key, obj, now, expose, all_dirty)
             if built is not None:
                 fresh[(kind, key)] = built
+        # Windows taken again (entries rebuilt above have theirs already)
+        moved = [(kind, key, old, self._rewindow(kind, key, old)) for kind, key, old in due if (kind, key) not in fresh]
         gone: set[tuple[str, str]] = set()
         if not all_dirty:
             for key in dirty:
                 gone |= {(kind, key) for kind, _ in sources if (kind, key) not in objects}
+        taken = self._wall()  # after every window above was taken: web/uptime.py's FRESH has run from before
         with self._lock:
             if all_dirty:
-                self._built = fresh
+                self._built, self._stale = fresh, []
             else:
                 for k in gone:
                     self._built.pop(k, None)
                 self._built.update(fresh)
+            for (kind, key), built in fresh.items():
+                self._arm(kind, key, built, taken + (FRESH * (1 - _spread(kind, key) / 2) if all_dirty else FRESH))
+            for kind, key, old, new in moved:
+                if self._built.get((kind, key)) is old:
+                    self._built[(kind, key)] = new
+                    self._arm(kind, key, new, taken + FRESH)
+                    self.rewindowed += new is not old
             self.rebuilt += len(fresh)
+
+    def _due(self, now: float) -> list[tuple[str, str, Built]]:
+        """The built entries whose windows are due to be taken again (under the lock)."""
+        due: list[tuple[str, str, Built]] = []
+        while self._stale and self._stale[0][0] <= now:
+            _when, _seq, kind, key, built = heapq.heappop(self._stale)
+            if self._built.get((kind, key)) is built:
+                due.append((kind, key, built))
+        return due
+
+    def _arm(self, kind: str, key: str, built: Built, when: float) -> None:
+        """Take the entry's windows again at the first read from `when` on (under the lock)."""
+        if built.moving:
+            self._seq += 1
+            heapq.heappush(self._stale, (when, self._seq, kind, key, built))
+
+    def _state(self, kind: str, key: str) -> Obj | None:
+        ns, _, name = key.partition("/")
+        if kind == HEALTHCHECK:
+            return self._hc.states.get(ns, name) if self._hc is not None else None
+        return self._khstates.get(ns, name)
+
+    def _windows(self, kind: str, key: str, state: Obj | None) -> tuple[Windows, bool]:
+        """The entry's windows, and whether they move with time (its state holds a rollup)."""
+        if self._uptime is None or text_of(stored(state)) is None:
+            return NO_WINDOWS, False
+        ns, _, name = key.partition("/")
+        return self._uptime.windows_of(state_key(kind, ns, name), state), True
+
+    def _rewindow(self, kind: str, key: str, old: Built) -> Built:
+        """The built entry with its windows taken again: the rest of its JSON is kept."""
+        windows, moving = self._windows(kind, key, self._state(kind, key))
+        if windows is old.view.get("windows"):  # still the same (web/uptime.py keeps them FRESH seconds)
+            return old
+        view = {**old.view, "windows": windows}
+        body = old.body[:old.head] + b',"windows":' + json.dumps(windows, separators=(",", ":")).encode() + b"}"
+        return dataclasses.replace(old, view=view, body=body, moving=moving)
 
     def _build(self, kind: str, key: str, obj: Obj, now: float, expose: bool, force: bool) -> Built | None:
         """The entry of `obj`, or None when the built one is still current."""
         ns, _, name = key.partition("/")
         defaults: Defaults = (DEFAULT_RUN_INTERVAL, DEFAULT_TIMEOUT)
+        state = self._state(kind, key)
         if kind == HEALTHCHECK and self._hc is not None:
-            state = self._hc.states.get(ns, name)
             pods = self._pods.by_index("check", f"{ns}/{HC_PREFIX}{name}")
             defaults = self._hc.defaults()
             shown_key, shown = self._shown.healthcheck_key(obj), True
         else:
-            state = self._khstates.get(ns, name)
             pods = self._pods.by_index("check", key)
             shown_key, shown = key, not (kind == CHECK and self._shown.khcheck_hidden(obj))
         pods_rv = ",".join(sorted(_rv(p) for p in pods))
@@ -299,4 +378,11 @@ class ViewCache:
         if paused is not None:
             with self._lock:
                 self._pause_ends[key] = paused.until
-        return Built(version, v, json.dumps(v, separators=(",", ":")).encode(), shown_key, prefixed_labels(obj), shown)
+        windows, moving = self._windows(kind, key, state)
+        v, body, head = with_windows(v, windows)
+        return Built(version, v, body, shown_key, prefixed_labels(obj), shown, head, moving)
+
+
+def _spread(kind: str, key: str) -> float:
+    """A fraction in [0, 1) fixed per entry: spreads the windows of entries built together over time."""
+    return zlib.crc32(f"{kind}/{key}".encode()) / 2**32

@@ -147,6 +147,8 @@ def test_every_generated_request_gets_a_documented_answer_and_rejected_ones_chan
     assert 403 in answered["POST /api/checks/{namespace}/{name}/run"], "no cross-site run request was generated"
     assert 403 in answered["POST /api/run"] and 400 in answered["POST /api/run"]
     assert 200 in answered["GET /json"] and 200 in answered["GET /api/events"]
+    timeline = answered["GET /api/checks/{namespace}/{name}/timeline"]
+    assert 200 in timeline and 400 in timeline and 404 in timeline, timeline
     assert 200 in answered["GET /api/logs"] and 200 in answered["GET /api/logs/stream"]
     token = session.get(daemon.url + "/dashboard/live", timeout=5).json()["token"]
     assert session.get(f"{daemon.url}/dashboard/live?since={token}", headers={"If-None-Match": f'"{token}"'},

@@ -4,6 +4,7 @@ tests/contract/test_openapi_fuzz.py."""
 from __future__ import annotations
 
 import re
+import time
 from typing import Any
 
 import pytest
@@ -13,7 +14,7 @@ from flask.testing import FlaskClient
 
 from kuberhealthy.kube import KHCHECKS, KHSTATES
 from kuberhealthy.web import openapi
-from testbed.fakes import POD_NAME, FakeServices, khcheck, khstate_of
+from testbed.fakes import NS, POD_NAME, FakeServices, khcheck, khstate_of
 
 validator = pytest.importorskip("openapi_spec_validator", reason="a test extra: pip install -e '.[test]'")
 
@@ -79,3 +80,37 @@ def test_json_answers_match_the_documented_v3_summary(client: FlaskClient, fake_
     assert len(answer["CheckDetails"]) == 2
     schema_validator.validate(answer, {"$ref": "#/components/schemas/V3Summary", "components": doc["components"]},
                               cls=schema_validator.OAS31Validator)
+
+
+def test_the_timeline_documents_its_window_and_every_status_it_answers() -> None:
+    assert statuses("/api/checks/{namespace}/{name}/timeline", "get") == {"200", "400", "404"}
+    params = document()["paths"]["/api/checks/{namespace}/{name}/timeline"]["get"]["parameters"]
+    window = document()["components"]["parameters"]["timelineWindow"]
+    assert {"$ref": "#/components/parameters/timelineWindow"} in params
+    assert window["required"] is True and window["schema"]["enum"] == ["24h", "7d", "30d"]
+
+
+def test_check_entries_with_windows_and_timelines_match_the_documented_schemas(
+        client: FlaskClient, fake_services: FakeServices) -> None:
+    schema_validator = pytest.importorskip("openapi_schema_validator")
+    from kuberhealthy.records import rollcodec, rollups  # noqa: PLC0415  (only here)
+
+    rollup, now = rollups.empty(), time.time()
+    for i in range(300):
+        rollup = rollups.record(rollup, now - 3000 * i, "failed" if i % 3 else "ok", 0.5 + i, interval=3000)
+    fake_services.api.put(KHCHECKS, khcheck("dns"))
+    fake_services.api.put(KHSTATES, khstate_of("dns", OK=True, LastRun="2024-01-01T00:00:00Z", RunDuration="1s",
+                                               AuthoritativePod=POD_NAME, rollups=rollcodec.serialize(rollup)))
+    fake_services.api.put(KHCHECKS, khcheck("fresh"))
+    components = {"components": document()["components"]}
+
+    def valid(answer: Any, schema: str) -> None:
+        schema_validator.validate(answer, {"$ref": f"#/components/schemas/{schema}", **components},
+                                  cls=schema_validator.OAS31Validator)
+
+    listing = client.get("/api/checks").get_json()
+    valid(listing, "CheckList")
+    assert [e["windows"]["7d"]["uptime"] is None for e in listing["checks"]] == [False, True]
+    for window in ("24h", "7d", "30d"):
+        for name in ("dns", "fresh"):
+            valid(client.get(f"/api/checks/{NS}/{name}/timeline?window={window}").get_json(), "Timeline")

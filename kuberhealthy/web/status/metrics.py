@@ -15,7 +15,9 @@ pair is one series under the khcheck's key.
       survive restarts and leader changes; every replica exports the same values):
       kuberhealthy_check_consecutive_failures (v3 has it too), kuberhealthy_check_last_success_timestamp_seconds
       (absent until the first OK run), kuberhealthy_check_interval_seconds (runInterval),
-      kuberhealthy_check_runs_total{result="ok|failed"} (judged runs) and kuberhealthy_check_paused 1|0;
+      kuberhealthy_check_runs_total{result="ok|failed"} (judged runs), kuberhealthy_check_paused 1|0,
+      kuberhealthy_check_uptime_ratio{window="1h|24h|7d|30d"} (OK over judged runs in the window ending now,
+      from the check's rollups: the entry's `windows`; no sample for a window without a finished run);
       and kuberhealthy_influx_points_dropped_total.
   v3: kuberhealthy_check_success_total, _failure_total and _seconds_since_success (-1 before the first OK
       run) from the same entries; the histogram kuberhealthy_check_run_duration_seconds (v3's buckets,
@@ -40,6 +42,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -288,6 +291,9 @@ class CheckStatsCollector(Collector):
         failed_total = counter("kuberhealthy_check_failure", "Runs of the check that failed (persisted)")
         since_ok = gauge("kuberhealthy_check_seconds_since_success",
                          "Seconds since the check last ran OK; -1 when it never has")
+        uptime = GaugeMetricFamily("kuberhealthy_check_uptime_ratio",
+                                   "OK runs over judged runs of the check in the window ending now (0..1), from its "
+                                   "rollups; absent for a window without a finished run", labels=[*labels, "window"])
         now = self._wall()
         seen: set[str] = set()
         for row in rows:
@@ -308,7 +314,19 @@ class CheckStatsCollector(Collector):
             ok_total.add_metric(values, ok)
             failed_total.add_metric(values, failed)
             paused.add_metric(values, 1.0 if entry.get("paused") else 0.0)
-        yield from (failures, last_ok, interval, runs, paused, ok_total, failed_total, since_ok)
+            for window, ratio in _uptimes(entry.get("windows")):
+                uptime.add_metric([*values, window], ratio)
+        yield from (failures, last_ok, interval, runs, paused, ok_total, failed_total, since_ok, uptime)
+
+
+def _uptimes(windows: object) -> Iterator[tuple[str, float]]:
+    """(window, uptime) of an entry's `windows`, for each window whose uptime is a number."""
+    if not isinstance(windows, Mapping):
+        return
+    for window, figures in windows.items():
+        ratio = figures.get("uptime") if isinstance(figures, Mapping) else None
+        if isinstance(ratio, (int, float)) and not isinstance(ratio, bool) and math.isfinite(ratio):
+            yield str(window), float(ratio)
 
 
 def _number(value: object) -> float:
