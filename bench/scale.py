@@ -100,11 +100,11 @@ from bench.scalereport import (
 from kuberhealthy.records import uptime
 from testbed.clients.rawhttp import request
 from testbed.cluster.apiserver import ADMIN_TOKEN, TestCluster, start_cluster
-from testbed.cluster.builders import khc, khcheck, khs, khstate, pods_path
+from testbed.cluster.builders import khc, khcheck, khs, pods_path
 from testbed.cluster.crds import install_crds
 from testbed.cluster.objects import create_namespace
 from testbed.daemons.process import DaemonProcess
-from testbed.fakes.world import month_of_runs
+from testbed.fakes.world import khstate_of, month_of_runs
 from testbed.paths import REPO
 from testbed.procs import end_group
 from testbed.stats import cpu_seconds, summary
@@ -148,8 +148,7 @@ def seed_rollups(cluster: TestCluster, ns: str, khchecks: int) -> int:
     """A khstate for each of the first `khchecks` scale checks whose rollups hold 30 days of 1-minute runs
     (testbed/fakes/world.py month_of_runs): the value's size in bytes."""
     value = month_of_runs(time.time())
-    bodies = [khstate(f"scale-{i:04d}", OK=True, Errors=[], Namespace=ns, **{uptime.FIELD: value})
-              for i in range(khchecks)]
+    bodies = [khstate_of(f"scale-{i:04d}", ns, **{uptime.FIELD: value}) for i in range(khchecks)]
     with ThreadPoolExecutor(max_workers=8, thread_name_prefix="seed") as pool:
         for f in [pool.submit(cluster.request, "POST", khs(ns), body) for body in bodies]:
             f.result()
