@@ -10,13 +10,16 @@ import time
 from html.parser import HTMLParser
 from typing import Any
 
+import pytest
 from flask.testing import FlaskClient
 
 from kuberhealthy.base.times import format_time
-from kuberhealthy.kube import KHCHECKS, KHJOBS, KHSTATES, PODS
-from kuberhealthy.web import create_app
+from kuberhealthy.kube import HEALTHCHECKS, KHCHECKS, KHJOBS, KHSTATES, PODS
+from kuberhealthy.records import rollcodec, rollups
+from kuberhealthy.web import charts, create_app
+from kuberhealthy.web.dashboard import render as dashpage
 from testbed.daemons.inprocess import history_keys
-from testbed.fakes import NS, POD_NAME, FakeServices, fake_config, khcheck, khjob, khstate_of
+from testbed.fakes import NS, POD_NAME, FakeServices, fake_config, healthcheck, khcheck, khjob, khstate_of
 
 BROWSER = "text/html,application/xhtml+xml,application/xml;q=0.9,image/avif,image/webp,*/*;q=0.8"
 
@@ -271,3 +274,171 @@ def test_a_large_page_goes_gzipped_to_a_client_that_takes_it(client: FlaskClient
     assert "Content-Encoding" not in plain.headers and "Accept-Encoding" in plain.headers["Vary"]
     assert zipped.headers["Content-Encoding"] == "gzip" and len(zipped.data) < len(plain.data) / 4
     assert gzip.decompress(zipped.data).count(b"<tr data-id=") == 40
+
+
+# --- uptime pictures (seeded through the state objects: khstate spec.rollups, HealthCheck status.rollups) ------
+
+DAY = 86400
+
+
+def month_of_runs(now: float, bad_day: int | None = None, every: int = 3600) -> dict[str, Any]:
+    """30 days of runs as the run's state write leaves them (rollcodec), failing every other run on
+    `bad_day` days back (0: today)."""
+    r = rollups.empty()
+    t = now - 30 * DAY + 60
+    k = 0
+    while t < now:
+        bad = bad_day is not None and int((now - t) // DAY) == bad_day and k % 2 == 0
+        r = rollups.record(r, t, "failed" if bad else "ok", 1.0 + (k % 5) * 0.5, interval=every)
+        t += every
+        k += 1
+    return rollcodec.serialize(r)
+
+
+def hc_status(now: float, **more: Any) -> dict[str, Any]:
+    return {"ok": True, "errors": [], "runDuration": 1_500_000_000, "namespace": NS, "currentUUID": "",
+            "lastRunUnix": int(now - 30), "successCount": 5, "failureCount": 0, "consecutiveFailures": 0,
+            "lastOKUnix": int(now - 30), "lastFailureUnix": 0,
+            "runBinding": {"uuid": "u-1", "authoritativePod": "probe-abc", "finishedUUID": "u-1"}, **more}
+
+
+def uptime_world(services: FakeServices) -> float:
+    now = time.time()
+    world(services)
+    state = services.api.peek(KHSTATES, NS, "dns")
+    assert state is not None
+    state["spec"]["rollups"] = month_of_runs(now, bad_day=2)
+    services.api.put(KHSTATES, state)
+    services.api.put(HEALTHCHECKS, healthcheck("v3probe", status=hc_status(now, rollups=month_of_runs(now))))
+    return now
+
+
+def svgs(html: str, cls: str) -> list[str]:
+    return re.findall(rf'<svg [^>]*class="chart {cls}".*?</svg>', html)
+
+
+def test_each_overview_row_of_both_kinds_has_its_30_day_bar_and_duration_sparkline(
+        client: FlaskClient, fake_services: FakeServices) -> None:
+    uptime_world(fake_services)
+    page = client.get("/dashboard").get_data(as_text=True)
+    assert len(rows(page).rows) == 6
+    bars, sparks = svgs(page, "daybar"), svgs(page, "spark")
+    assert len(bars) == 6 and len(sparks) == 6  # every row: checks, the job, the HealthCheck
+    dns = next(b for b in bars if f'aria-label="{NS}/dns: last 30 days' in b)
+    assert dns.count("<title>") == 30 and "seg-failing" in dns
+    assert re.search(r"<title>\d{4}-\d\d-\d\d UTC: failing; uptime \d+\.\d\d %; runs \d+ OK, [1-9]\d* failed, "
+                     r"0 skipped; p50 [\d.]+ s, p95 [\d.]+ s</title>", dns)
+    hc = next(b for b in bars if f'aria-label="HealthCheck {NS}/v3probe: last 30 days' in b)
+    assert "seg-failing" not in hc and "30 OK" in hc
+    fresh = next(b for b in bars if f'aria-label="{NS}/fresh: last 30 days, no finished runs; 30 no data"' in b)
+    assert "seg-nodata" in fresh  # no rollups yet: no error, an empty bar
+    assert any(f'aria-label="{NS}/web: durations of the last 3 runs' in s for s in sparks)
+    assert "a shape for each state:" in page and 'class="chart legend"' in page  # the shapes in words
+
+
+def test_the_overview_keeps_each_rows_pictures_until_its_state_or_the_utc_day_changes(
+        client: FlaskClient, fake_services: FakeServices, monkeypatch: pytest.MonkeyPatch) -> None:
+    now = uptime_world(fake_services)
+    drawn: list[str] = []
+    real = charts.day_bar
+
+    def counted(days: list[dict[str, Any]], label: str) -> str:
+        drawn.append(label)
+        return real(days, label)
+    monkeypatch.setattr(charts, "day_bar", counted)
+    monkeypatch.setattr(dashpage, "_now", lambda: now)
+    first = client.get("/dashboard").get_data(as_text=True)
+    assert len(drawn) == 6
+    assert client.get("/dashboard").get_data(as_text=True) == first and len(drawn) == 6  # nothing drawn again
+    state = fake_services.api.peek(KHSTATES, NS, "dns")
+    assert state is not None
+    state["spec"]["rollups"] = month_of_runs(now, bad_day=0)
+    fake_services.api.put(KHSTATES, state)
+    client.get("/dashboard")
+    assert drawn[6:] == [f"{NS}/dns"]  # only the row whose state changed
+    monkeypatch.setattr(dashpage, "_now", lambda: (now // DAY + 1) * DAY + 5)  # just after UTC midnight
+    page = client.get("/dashboard").get_data(as_text=True)
+    assert len(drawn) == 13  # every bar moved a day
+    token = re.search(r'data-token="([^"]+)"', first).group(1)  # type: ignore[union-attr]
+    delta = client.get(f"/dashboard/live?since={token}", headers={"If-None-Match": f'"{token}"'}).get_json()
+    assert len(delta["rows"]) == 6  # a page held over midnight gets every row's new bar
+    assert page != first
+
+
+def test_a_check_page_shows_the_windows_in_words_the_timelines_and_the_duration_plots_with_their_p95(
+        client: FlaskClient, fake_services: FakeServices) -> None:
+    uptime_world(fake_services)
+    page = client.get(f"/dashboard/{NS}/dns").get_data(as_text=True)
+    assert "Uptime and durations" in page
+    assert re.search(r"<th scope=\"row\">7d</th><td>9\d\.\d\d % \((degraded|failing)\)</td><td>\d+ %</td>", page)
+    assert re.search(r"<th scope=\"row\">24h</th><td>100 % \(OK\)</td><td>\d+ %</td><td>[\d.]+ s</td>", page)
+    assert len(svgs(page, "daybar")) == 1
+    timelines = svgs(page, "timeline")
+    assert len(timelines) == 2 and [t.count("<title>") for t in timelines] == [24, 168]
+    assert f'aria-label="{NS}/dns: outcomes per hour over 24h' in timelines[0]
+    plots = svgs(page, "durplot")
+    assert len(plots) == 2
+    for plot, window in zip(plots, ("24h", "7d"), strict=True):
+        assert f'aria-label="{NS}/dns: run durations per hour over {window}, p50 and p95; window p95 ' in plot
+        assert 'class="p95-window"' in plot and f"p95 over {window}: " in plot and ">duration</text>" in plot
+    hc = client.get(f"/dashboard/{NS}/hc:v3probe").get_data(as_text=True)
+    assert len(svgs(hc, "durplot")) == 2 and f"HealthCheck {NS}/v3probe: run durations per hour over 7d" in hc
+
+
+def test_a_check_pages_live_part_carries_its_plots_and_moves_with_the_utc_hour(
+        client: FlaskClient, fake_services: FakeServices, monkeypatch: pytest.MonkeyPatch) -> None:
+    now = uptime_world(fake_services)
+    monkeypatch.setattr(dashpage, "_now", lambda: now)
+    first = client.get(f"/dashboard/{NS}/dns/live")
+    assert 'class="chart durplot"' in first.get_json()["parts"]["live-check"]
+    etag = first.headers["ETag"]
+    assert client.get(f"/dashboard/{NS}/dns/live", headers={"If-None-Match": etag}).status_code == 304
+    monkeypatch.setattr(dashpage, "_now", lambda: (now // 3600 + 1) * 3600 + 1)
+    assert client.get(f"/dashboard/{NS}/dns/live", headers={"If-None-Match": etag}).status_code == 200
+
+
+def test_a_rollup_edited_into_nonsense_draws_an_empty_bar_not_an_error(client: FlaskClient,
+                                                                       fake_services: FakeServices) -> None:
+    world(fake_services)
+    for i, junk in enumerate(({"v": 1, "hours": "%%%not base64"}, "a string", {"v": 99}, [1, 2])):
+        state = fake_services.api.peek(KHSTATES, NS, "dns")
+        assert state is not None
+        state["spec"]["rollups"] = junk
+        state["metadata"]["resourceVersion"] = f"junk-{i}"
+        fake_services.api.put(KHSTATES, state)
+        for path in ("/dashboard", f"/dashboard/{NS}/dns"):
+            resp = client.get(path)
+            assert resp.status_code == 200, (junk, path)
+            assert f'aria-label="{NS}/dns: last 30 days, no finished runs; 30 no data"' in resp.get_data(as_text=True)
+
+
+def test_the_uptime_pictures_load_nothing_and_keep_the_content_security_policy(
+        client: FlaskClient, fake_services: FakeServices) -> None:
+    uptime_world(fake_services)
+    for path in ("/dashboard", f"/dashboard/{NS}/dns"):
+        resp = client.get(path)
+        html = resp.get_data(as_text=True)
+        assert resp.headers["Content-Security-Policy"] == dashpage.CSP
+        parsed = rows(html)
+        assert [u for u in parsed.urls if "//" in u] == [] and "style" not in parsed.tags
+        assert " style=" not in html and "url(" not in html and "<script" not in html.replace(
+            '<script src="/dashboard/_static/', "")
+
+
+def test_a_check_pages_plots_are_drawn_once_an_hour_while_its_rollup_stays_the_same(
+        client: FlaskClient, fake_services: FakeServices, monkeypatch: pytest.MonkeyPatch) -> None:
+    now = uptime_world(fake_services)
+    drawn: list[str] = []
+    real = charts.duration_plot
+
+    def counted(buckets: Any, label: str, window: str, p95: float | None = None) -> Any:
+        drawn.append(window)
+        return real(buckets, label, window, p95)
+    monkeypatch.setattr(charts, "duration_plot", counted)
+    monkeypatch.setattr(dashpage, "_now", lambda: now)
+    for _ in range(3):
+        assert client.get(f"/dashboard/{NS}/dns").status_code == 200
+    assert drawn == ["24h", "7d"]
+    monkeypatch.setattr(dashpage, "_now", lambda: (now // 3600 + 1) * 3600 + 1)
+    client.get(f"/dashboard/{NS}/dns")
+    assert drawn == ["24h", "7d", "24h", "7d"]

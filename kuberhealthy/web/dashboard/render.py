@@ -23,29 +23,34 @@ from werkzeug.datastructures import MIMEAccept
 
 from kuberhealthy.base.times import format_time
 from kuberhealthy.records.runnow import RUN_NOW_ANNOTATION
+from kuberhealthy.web import htmlheaders
 from kuberhealthy.web.answers import plain, requested_kinds
+from kuberhealthy.web.charts import legend
 from kuberhealthy.web.checkkinds import CheckKinds
 from kuberhealthy.web.context import WebContext, context
 from kuberhealthy.web.dashboard import changelog
 from kuberhealthy.web.dashboard import rows as dashview
+from kuberhealthy.web.dashboard.pictures import Pictures
 from kuberhealthy.web.entries import Built, ViewCache
 from kuberhealthy.web.parts import part
+from kuberhealthy.web.uptime import Uptime
 
 DASHBOARD = "kuberhealthy.dashboard"  # app.extensions key
+DAY, HOUR = 86400, 3600
 STATIC = Path(__file__).parent / "static"
 POLL_MS = 5000  # how often the page asks what changed (a 304 when nothing did)
 GZIP_MIN = 2048  # bytes: smaller answers go as they are
 GZIP_LEVEL = 5  # a 1,000-check overview: ~600 KB of repetitive markup, tens of KB gzipped, in ~15 ms
-CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
-       "form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
+CSP = htmlheaders.CSP  # one policy for every HTML page of the daemon
 
 
 @dataclass
 class Dashboard:
     """Per app: the change log of the overview's rows (the entries are the app's ViewCache, shared with
-    /api/checks)."""
+    /api/checks) and the pictures drawn of each check."""
 
     changes: changelog.ChangeLog = field(default_factory=changelog.ChangeLog)
+    pictures: Pictures = field(default_factory=Pictures)
 
 
 def init_app(app: Flask) -> None:
@@ -71,10 +76,7 @@ def asset(name: str) -> str:
 
 def secure(resp: Response) -> Response:
     """Headers of every dashboard page: no script or style but ours (check errors are untrusted text)."""
-    resp.headers["Content-Security-Policy"] = CSP
-    resp.headers["X-Content-Type-Options"] = "nosniff"
-    resp.headers["Referrer-Policy"] = "no-referrer"
-    return compressed(resp)
+    return compressed(htmlheaders.secure(resp))
 
 
 def compressed(resp: Response) -> Response:
@@ -110,26 +112,35 @@ def _common(ctx: WebContext, now: float) -> dict[str, object]:
             "run_now_annotation": RUN_NOW_ANNOTATION}
 
 
-def _observe(ctx: WebContext) -> tuple[list[Built], str]:
-    """Every entry and the change-log token that names exactly this state (no rendering yet)."""
+def _observe(ctx: WebContext, now: float) -> tuple[list[Built], str]:
+    """Every entry and the change-log token that names exactly this state (no rendering yet). A row
+    changes with its entry and with the UTC day (its 30-day bar moves at midnight)."""
     built = part(ViewCache).entries()
-    versions = {dashview.row_id(b.view["kind"], b.view["namespace"], b.view["name"]): b.version for b in built}
+    day = int(now // DAY)
+    versions = {dashview.row_id(b.view["kind"], b.view["namespace"], b.view["name"]): (b.version, day)
+                for b in built}
     return built, _dashboard().changes.observe(versions, ctx.services.current_master())
+
+
+def _row(b: Built, now: float, uptime: Uptime, pictures: Pictures) -> dashview.Row:
+    pics = pictures.row(uptime, b, now)
+    return dashview.row(b.view, now, day_bar=pics.day_bar, spark=pics.spark)
 
 
 def overview() -> Response:
     """The overview page, filtered by the query string (?q=&ns=&state=)."""
     ctx = context()
     now = _now()
-    built, token = _observe(ctx)
-    rows = [dashview.row(b.view, now) for b in built]
+    built, token = _observe(ctx, now)
+    uptime, pictures = part(Uptime), _dashboard().pictures
+    rows = [_row(b, now, uptime, pictures) for b in built]
     filt = dashview.Filter.of(request.args)
     shown = sum(1 for r in rows if filt.matches(r))
     html = render_template("dashboard/overview.html", **_common(ctx, now), token=token, filt=filt,
                            summary=dashview.banner([b.view for b in built], ctx.services.current_master()),
                            groups=dashview.groups(rows), shown=shown, total=len(rows),
                            namespaces=sorted({r.namespace for r in rows}), states=dashview.STATE_TEXT,
-                           form_action=request.path)
+                           form_action=request.path, legend=legend())
     return secure(Response(html, content_type="text/html; charset=utf-8",
                            headers={"Cache-Control": "no-cache"}))
 
@@ -164,7 +175,7 @@ def overview_live() -> Response:
     poll while nothing changed costs one small request and no rendering."""
     ctx = context()
     now = _now()
-    built, token = _observe(ctx)
+    built, token = _observe(ctx, now)
     changes = _dashboard().changes
     unchanged = _not_modified(token, changes.unchanged)
     if unchanged is not None:
@@ -173,11 +184,13 @@ def overview_live() -> Response:
     delta = changes.since(since if since else "-")  # no token: everything
     wanted = set(delta.changed)
     render_row: Callable[[dashview.Row], str] = get_template_attribute("dashboard/macros.html", "row")
+    uptime, pictures = part(Uptime), _dashboard().pictures
     out = []
     for b in built:
         r_id = dashview.row_id(b.view["kind"], b.view["namespace"], b.view["name"])
         if r_id in wanted:
-            out.append({"id": r_id, "ns": b.view["namespace"], "html": str(render_row(dashview.row(b.view, now)))})
+            html = str(render_row(_row(b, now, uptime, pictures)))
+            out.append({"id": r_id, "ns": b.view["namespace"], "html": html})
     return _json(delta.token, full=delta.full, now=format_time(now), nowMs=int(now * 1000),
                  banner=_banner(dashview.banner([b.view for b in built], ctx.services.current_master())),
                  rows=out, removed=delta.removed)
@@ -185,20 +198,22 @@ def overview_live() -> Response:
 
 # --- a check page -------------------------------------------------------------------------------------------
 
-def _check_token(ctx: WebContext, built: list[Built]) -> str:
-    """Names what a check page shows: its entries' versions and the two settings that change the page."""
-    digest = hashlib.sha256(repr([b.version for b in built]).encode()).hexdigest()[:16]
+def _check_token(ctx: WebContext, built: list[Built], now: float) -> str:
+    """Names what a check page shows: its entries' versions, the UTC hour (its timelines move with it) and
+    the two settings that change the page."""
+    digest = hashlib.sha256(repr(([b.version for b in built], int(now // HOUR))).encode()).hexdigest()[:16]
     config = ctx.services.config
     return f"{digest}.{int(config.enable_run_api)}{int(config.expose_logs)}"
 
 
 def _details(built: list[Built], now: float) -> list[dashview.Detail]:
     kinds = part(CheckKinds)
+    uptime, pictures = part(Uptime), _dashboard().pictures
     out = []
     for b in built:
         kind = kinds.of_entry(b.view["kind"])
         obj = kind.objects.get(b.view["namespace"], b.view["name"]) if kind is not None else None
-        out.append(dashview.detail(b.view, obj, now))
+        out.append(dashview.detail(b.view, obj, now, plots=pictures.plots(uptime, b.view, now)))
     return out
 
 
@@ -216,7 +231,7 @@ def check_page(namespace: str, name: str) -> Response:
     now = _now()
     bare, query, built = _entries(namespace, name)
     html = render_template("dashboard/check.html", **_common(ctx, now), namespace=namespace, name=bare, query=query,
-                           entries=_details(built, now), token=_check_token(ctx, built))
+                           entries=_details(built, now), token=_check_token(ctx, built, now))
     return secure(Response(html, status=200 if built else 404, content_type="text/html; charset=utf-8",
                            headers={"Cache-Control": "no-cache"}))
 
@@ -228,7 +243,7 @@ def check_live(namespace: str, name: str) -> Response:
     _, _, built = _entries(namespace, name)
     if not built:
         return plain(404, f"no khcheck, khjob or HealthCheck {namespace}/{name}")
-    token = _check_token(ctx, built)
+    token = _check_token(ctx, built, now)
     unchanged = _not_modified(token)
     if unchanged is not None:
         return unchanged

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from flask import Blueprint, Response, abort, request, send_from_directory
 
+from kuberhealthy.web import charts
 from kuberhealthy.web.answers import plain
 from kuberhealthy.web.dashboard import changelog
 from kuberhealthy.web.dashboard import render as dashpage
@@ -33,7 +34,7 @@ DAY = 24 * 3600
 
 @bp.app_template_filter("dur")
 def _dur(seconds: float | None) -> str:
-    return dashview.duration_text(seconds)
+    return charts.duration_text(seconds)
 
 
 @bp.app_template_filter("pct")

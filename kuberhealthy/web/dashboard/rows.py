@@ -15,10 +15,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from markupsafe import Markup
+
 from kuberhealthy.base.durations import parse_duration
 from kuberhealthy.base.times import format_time, parse_time
 from kuberhealthy.records import pause
 from kuberhealthy.records.history import SKIPPED
+from kuberhealthy.web.charts import duration_text
 from kuberhealthy.web.entries import CHECK, FAILING, HEALTHCHECK, JOB, NEVER_RUN, OK, View, runs_once
 
 RANK = {FAILING: 0, NEVER_RUN: 1, OK: 2}  # failing first, then never run, then OK
@@ -34,6 +37,7 @@ PAUSE_EXAMPLE = 3600.0  # seconds: the example pause the check page's command se
 TAG = {JOB: "job", HEALTHCHECK: "HealthCheck"}  # khchecks, v2's checks, carry none
 HEADING = {CHECK: "Check", JOB: "Job", HEALTHCHECK: "HealthCheck"}
 RESOURCE = {CHECK: "khcheck", JOB: "khjob", HEALTHCHECK: "healthcheck"}
+NO_PICTURE = Markup("")
 
 
 # --- text of numbers and times -------------------------------------------------------------------------
@@ -70,20 +74,6 @@ def countdown(when: float | None, now: float) -> str:
     if 60 <= s < 600:
         return f"in {s // 60} min {s % 60} s"
     return "in " + _unit(s)
-
-
-def duration_text(seconds: float | None) -> str:
-    """850 ms, 1.2 s, 2 min 3 s, 5 min, 1 h 2 min."""
-    if seconds is None:
-        return "\u2014"
-    if seconds < 1:
-        return f"{round(seconds * 1000)} ms"
-    if seconds < 60:
-        return f"{seconds:.0f} s" if seconds == int(seconds) else f"{seconds:.1f} s"
-    s = int(seconds)
-    if s < 3600:
-        return f"{s // 60} min" + (f" {s % 60} s" if s % 60 else "")
-    return f"{s // 3600} h" + (f" {s % 3600 // 60} min" if s % 3600 // 60 else "")
 
 
 def percent(fraction: float | None) -> str:
@@ -170,6 +160,8 @@ class Row:
     paused_until_text: str = ""
     paused_reason: str = ""
     once: bool = False  # runs once (a khjob, a singleRunOnly HealthCheck): no next run
+    day_bar: Markup = NO_PICTURE  # the 30-day bar (SVG, web/dashboard/pictures.py)
+    spark: Markup = NO_PICTURE  # the sparkline of the kept runs' durations (SVG)
 
     @property
     def rank(self) -> int:
@@ -199,7 +191,7 @@ class Row:
         return f"{self.key} {self.first_error}".lower()
 
 
-def row(v: View, now: float) -> Row:
+def row(v: View, now: float, day_bar: Markup = NO_PICTURE, spark: Markup = NO_PICTURE) -> Row:
     last = parse_time(v.get("lastRun"))
     nxt = parse_time(v.get("nextRun"))
     errors = [str(e) for e in v.get("errors") or []]
@@ -217,7 +209,8 @@ def row(v: View, now: float) -> Row:
         first_error=first if len(first) <= ERROR_CHARS else first[:ERROR_CHARS - 1] + "\u2026",
         error_count=len(errors), paused_until=paused.get("until") if paused else None,
         paused_until_text=countdown(parse_time(paused.get("until")), now) if paused else "",
-        paused_reason=str(paused.get("reason") or "") if paused else "", once=runs_once(v))
+        paused_reason=str(paused.get("reason") or "") if paused else "", once=runs_once(v), day_bar=day_bar,
+        spark=spark)
 
 
 @dataclass
@@ -364,6 +357,7 @@ class Detail:
     started_text: str  # of the run in flight
     resume_command: str = ""  # kubectl: end the pause (while paused)
     pause_command: str = ""  # kubectl: pause the check for an hour (a check, while not paused)
+    plots: Any = None  # pictures.CheckPlots: its uptime figures and plots (None: none drawn)
 
     @property
     def kind(self) -> str:
@@ -394,7 +388,7 @@ def pause_commands(namespace: str, name: str, now: float, resource: str = "khche
     return resume, start
 
 
-def detail(v: View, obj: Mapping[str, Any] | None, now: float) -> Detail:
+def detail(v: View, obj: Mapping[str, Any] | None, now: float, plots: Any = None) -> Detail:
     current = v.get("currentRun") or {}
     resume, start = pause_commands(v["namespace"], v["name"], now, RESOURCE.get(v["kind"], "khcheck")) \
         if not runs_once(v) else ("", "")
@@ -403,4 +397,5 @@ def detail(v: View, obj: Mapping[str, Any] | None, now: float) -> Detail:
                   last_ok_text=relative(parse_time(v.get("lastOK")), now),
                   last_failure_text=relative(parse_time(v.get("lastFailure")), now),
                   started_text=relative(parse_time(current.get("started")), now),
-                  resume_command=resume if paused else "", pause_command=start if not paused else "")
+                  resume_command=resume if paused else "", pause_command=start if not paused else "",
+                  plots=plots)
