@@ -67,11 +67,14 @@ setup(
     # The dashboard's templates and assets and the OpenAPI document (also in MANIFEST.in, for sdists).
     package_data={"kuberhealthy.web": ["openapi.yaml"],
                   "kuberhealthy.web.dashboard.static": ["*.css", "*.js", "*.svg"],
-                  "kuberhealthy.web.dashboard.templates.dashboard": ["*.html"]},
+                  "kuberhealthy.web.dashboard.templates.dashboard": ["*.html"],
+                  "kuberhealthy.web.statuspage.static": ["*.css"],
+                  "kuberhealthy.web.statuspage.templates.statuspage": ["*.html"]},
     python_requires=">=3.10",
     install_requires=[
         "kubernetes>=31,<38",
         "flask>=3.0,<4",
+        "markupsafe>=2.1,<4",
         "gunicorn>=22,<28",
         "prometheus-client>=0.20,<1",
         "influxdb>=5.3,<6",

@@ -7,9 +7,10 @@ addresses (bound before connect), each re-opened as soon as the daemon closes it
   body  sends a report's headers with `Content-Length: 100` and a body of `{`
   drip  sends a whole request one byte every 4 s
   mix   all three at once from only four addresses (50 each: past the per-source cap of 32)
-Meanwhile `/healthz`, `/readyz` and `/` are probed in turn, each on a fresh connection with a 5 s
-timeout, and a check whose simulated checker reports genuinely runs every 2 s. Target: probe p99
-<= 1000 ms with every probe answered 200; every genuine report accepted, and no run recorded as failed.
+Meanwhile `/healthz`, `/readyz`, `/` and `/status` (the status page, switched on here) are probed in
+turn, each on a fresh connection with a 5 s timeout, and a check whose simulated checker reports
+genuinely runs every 2 s. Target: probe p99 <= 1000 ms with every probe answered 200; every genuine
+report accepted, and no run recorded as failed.
 
 With `tls` (`python -m bench.attack --tls`) the daemon also serves HTTPS (a throw-away certificate) and
 the attack and the probes go to its HTTPS listener (each probe with its own handshake); head, body and
@@ -51,7 +52,7 @@ HOLD = 40.0  # seconds each kind is held
 DRIP_EVERY = 4.0  # seconds between the drip's bytes
 SOURCES = [f"127.0.0.{i}" for i in range(2, 61)]
 FEW_SOURCES = [f"127.0.0.{i}" for i in range(61, 65)]
-PROBES = ("/healthz", "/readyz", "/")
+PROBES = ("/healthz", "/readyz", "/", "/status")
 PROBE_TIMEOUT = 5.0
 P99_TARGET_MS = 1000.0
 CHECK = "genuine"
@@ -168,6 +169,7 @@ class Prober(BackgroundThread):
         super().__init__("attack-probe")
         self.port, self.tls = port, tls
         self.results: list[tuple[float, str]] = []
+        self.paths: list[str] = []  # the path of each result
 
     def _run(self) -> None:
         i = 0
@@ -187,6 +189,11 @@ class Prober(BackgroundThread):
             finally:
                 c.close()
             self.results.append(((time.monotonic() - t0) * 1000, outcome))
+            self.paths.append(path)
+
+    def latencies(self, path: str) -> list[float]:
+        """The latencies of the probes of `path` (milliseconds)."""
+        return [t for (t, _), p in zip(self.results, self.paths, strict=False) if p == path]
 
 
 def _false_fails(cluster: TestCluster, ns: str, stop: threading.Event, seen: list[str]) -> None:
@@ -248,7 +255,9 @@ def _phase(kind: str, daemon: DaemonProcess, sim: SimKubelet, cluster: TestClust
     notes = [f"{kind}: {len(prober.results)} probes, {len(bad)} not 200 ({sorted(set(bad))}), "
              f"p50 {statistics.median(latencies):.0f} ms, max {max(latencies):.0f} ms; "
              f"{len(accepted)}/{len(reports)} genuine reports accepted ({len(first_try)} at the first attempt); "
-             f"failed runs: {failed or 'none'}; attacker connect failures: {attacker.open_failures}"]
+             f"failed runs: {failed or 'none'}; attacker connect failures: {attacker.open_failures}",
+             f"{kind}: probe p99 by path: "
+             + ", ".join(f"{path} {ms(percentile(prober.latencies(path), 99))} ms" for path in PROBES)]
     target = f"probes p99 <= {P99_TARGET_MS:.0f} ms, all 200; all genuine accepted"
     return Row(to.scenario, f"{CONNS} x {what}, {HOLD:.0f} s, {len(sources)} sources", answered, probe_p99,
                f"{len(accepted)}/{len(reports)}", target, ok, notes)
@@ -261,7 +270,8 @@ def run(cluster: TestCluster, workdir: Path, tls: bool = False) -> list[Row]:
     ns = create_namespace(cluster, "atk-slow")
     sim = SimKubelet(str(cluster.kubeconfig), nodes=3, namespace=ns, signing_key=cluster.sa_key)
     sim.start()
-    settings = {"targetNamespace": ns, "enableForceMaster": True, "logLevel": "info"}
+    settings: dict[str, object] = {"targetNamespace": ns, "enableForceMaster": True, "logLevel": "info",
+                                   "statusPage": {"enabled": True}}
     if tls:
         cert, key = self_signed(workdir / "tls")
         settings.update(tlsCertFile=str(cert), tlsKeyFile=str(key), listenAddressTLS=f"127.0.0.1:{free_port()}")

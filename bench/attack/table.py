@@ -9,7 +9,7 @@ class Row:
     scenario: str  # the module's name, e.g. "slow"
     tried: str  # what the attacker did, one line
     answered: str  # what the daemon answered the attacker, e.g. "closed after 5.0 s (200/200)"
-    probe_p99_ms: float | None  # p99 of /healthz, /readyz and / during the attack (None: not measured)
+    probe_p99_ms: float | None  # p99 of /healthz, /readyz, / and /status during the attack (None: not measured)
     genuine: str  # genuine reports accepted, e.g. "12/12, p99 40 ms" ("-" where none were sent)
     target: str  # the target, one line, e.g. "probes p99 <= 1000 ms; every genuine report 200"
     ok: bool  # the target held

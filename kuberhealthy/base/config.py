@@ -69,6 +69,14 @@ class PromMetrics:
 
 
 @dataclass(frozen=True)
+class StatusPage:
+    """`GET /status`: the read-only page for people outside the team."""
+
+    enabled: bool = False  # off: /status answers 404
+    show_errors: bool = False  # a failing check's error texts on the page (they may name internal hosts)
+
+
+@dataclass(frozen=True)
 class Config:
     listen_host: str = ""  # "" = all interfaces
     listen_port: int = 8080
@@ -115,6 +123,8 @@ class Config:
     listen_tls_port: int = 8443
     # Modern clusters
     sidecar_containers: tuple[str, ...] = ()  # container names that never end a checker pod (a mesh's proxy)
+    # Uptime over time
+    status_page: StatusPage = field(default_factory=StatusPage)
 
 
 _DEFAULT = Config()  # what an absent key means: the parser below takes every default from here
@@ -127,6 +137,7 @@ _KNOWN_KEYS = {
     "reportSourceCheck", "reportAuth", "reportRateLimit", "reportRateBurst",
     "historyLength", "captureLogs", "exposeLogs", "enableRunAPI", "dashboardAtRoot", "trustedOrigins",
     "metricsStyle", "healthCheckDefaults", "tlsCertFile", "tlsKeyFile", "listenAddressTLS", "sidecarContainers",
+    "statusPage",
 }
 REPORT_SOURCE_CHECKS = ("warn", "enforce", "off")
 REPORT_AUTHS = ("token-or-uuid", "token")
@@ -140,7 +151,7 @@ CONTAINER_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")  # a DNS labe
 __all__ = ["DEFAULT_CONFIG_PATH", "ELECTION_ENABLED_ENV", "ELECTION_NAMESPACE_ENV", "ENV_KEYS", "GO_BOOLS",
            "LABEL_NAME", "LOG_LEVELS", "METRICS_STYLES", "REPORT_AUTHS", "REPORT_BASE_ENV", "REPORT_SOURCE_CHECKS",
            "UNSUPPORTED_ENV", "V2_REPORT_PATH", "V2_REPORT_URL_ENV", "V3_LOG_LEVELS", "V3_REPORT_PATH", "Config",
-           "LeaderElection", "PromMetrics", "from_mapping", "load", "parse_listen_address"]
+           "LeaderElection", "PromMetrics", "StatusPage", "from_mapping", "load", "parse_listen_address"]
 
 
 def _bool(raw: Mapping[str, Any], key: str, default: bool, prefix: str = "") -> bool:
@@ -313,6 +324,9 @@ def from_mapping(raw: Mapping[str, Any], environ: Mapping[str, str] | None = Non
         label_value_max_length=_int(pm_raw, "labelValueMaxLength", pm_default.label_value_max_length, p),
     )
     hc_raw, p = _section(raw, "healthCheckDefaults", "runInterval, timeout"), "healthCheckDefaults."
+    sp_raw, sp_p, sp_default = _section(raw, "statusPage", "enabled, showErrors"), "statusPage.", _DEFAULT.status_page
+    status_page = StatusPage(enabled=_bool(sp_raw, "enabled", sp_default.enabled, sp_p),
+                             show_errors=_bool(sp_raw, "showErrors", sp_default.show_errors, sp_p))
 
     pod_name, pod_namespace = pod_identity(env, _DEFAULT.pod_namespace)
     reporting_url, v3_reporting_url = reporting_urls(
@@ -370,6 +384,7 @@ def from_mapping(raw: Mapping[str, Any], environ: Mapping[str, str] | None = Non
         listen_tls_host=tls_host,
         listen_tls_port=tls_port,
         sidecar_containers=_container_names(raw, "sidecarContainers", _DEFAULT.sidecar_containers),
+        status_page=status_page,
     )
 
 

@@ -32,7 +32,8 @@ ELECTOR_KEYS = ("enable_force_master",)
 # Read through services.config at each use (a request, a scrape, a run's end): nothing to replace.
 LIVE_KEYS = ("log_level", "check_change_debounce", "prom_metrics", "report_source_check", "report_auth",
              "report_rate_limit", "report_rate_burst", "history_length", "capture_logs", "expose_logs",
-             "enable_run_api", "dashboard_at_root", "trusted_origins", "sidecar_containers")
+             "enable_run_api", "dashboard_at_root", "trusted_origins", "sidecar_containers",
+             "status_page")
 
 
 def _changed(old: Config, new: Config, keys: tuple[str, ...]) -> bool:

@@ -33,6 +33,7 @@ from kuberhealthy.web.report.triage import Triage
 from kuberhealthy.web.status import routes as status_routes
 from kuberhealthy.web.status.metrics import CheckStatsCollector, InfluxCollector, make_registry
 from kuberhealthy.web.status.page import StatusCache
+from kuberhealthy.web.statuspage import routes as statuspage_routes
 from kuberhealthy.web.uptime import Uptime
 from kuberhealthy.web.v3 import logs as v3_logs
 from kuberhealthy.web.v3 import routes as v3_routes
@@ -82,6 +83,7 @@ def create_app(services: WebNeeds, *, caller_wait: float = CALLER_WAIT,
     dashpage.init_app(app)
     app.register_blueprint(dashboard_routes.bp)
     app.register_blueprint(openapi.bp)
+    app.register_blueprint(statuspage_routes.bp)
     app.register_error_handler(HTTPException, _http_error)
     return app
 

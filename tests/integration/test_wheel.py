@@ -33,7 +33,9 @@ CHECKCLIENT_SOURCE = REPO / "clients" / "python" / "src" / "kuberhealthy_checkcl
 DATA = ("web/openapi.yaml", "web/dashboard/templates/dashboard/overview.html",
         "web/dashboard/templates/dashboard/check.html", "web/dashboard/templates/dashboard/base.html",
         "web/dashboard/templates/dashboard/macros.html", "web/dashboard/static/dashboard.css",
-        "web/dashboard/static/dashboard.js", "web/dashboard/static/favicon.svg")
+        "web/dashboard/static/dashboard.js", "web/dashboard/static/favicon.svg",
+        "web/statuspage/templates/statuspage/status.html", "web/statuspage/templates/statuspage/macros.html",
+        "web/statuspage/static/status.css")
 IMPORT_CHECK = """
 import sys
 from pathlib import Path

@@ -34,6 +34,7 @@ def test_an_empty_config_gives_the_documented_defaults() -> None:
     assert c.prom_metrics.label_value_max_length == 256
     assert c.v3_reporting_url == "http://kuberhealthy.health.svc.cluster.local/check"
     assert (c.tls_cert_file, c.tls_key_file, c.listen_tls_host, c.listen_tls_port) == ("", "", "", 8443)
+    assert (c.status_page.enabled, c.status_page.show_errors) == (False, False)
 
 
 def test_every_key_is_read_from_its_camel_case_name() -> None:
@@ -51,6 +52,7 @@ def test_every_key_is_read_from_its_camel_case_name() -> None:
         "metricsStyle": "v3", "healthCheckDefaults": {"runInterval": "5m", "timeout": "1m"},
         "tlsCertFile": "/tls/tls.crt", "tlsKeyFile": "/tls/tls.key", "listenAddressTLS": "127.0.0.1:9443",
         "sidecarContainers": ["vault-agent", " log-shipper", "vault-agent"],
+        "statusPage": {"enabled": True, "showErrors": "true"},
     }, ENV)
     assert (c.listen_host, c.listen_port, c.enable_force_master, c.log_level) == ("127.0.0.1", 9000, True, "debug")
     assert (c.enable_influx, c.influx_url, c.influx_username, c.influx_password, c.influx_db) == (
@@ -67,6 +69,7 @@ def test_every_key_is_read_from_its_camel_case_name() -> None:
     assert (c.tls_cert_file, c.tls_key_file, c.listen_tls_host, c.listen_tls_port) == (
         "/tls/tls.crt", "/tls/tls.key", "127.0.0.1", 9443)
     assert c.sidecar_containers == ("vault-agent", "log-shipper")
+    assert (c.status_page.enabled, c.status_page.show_errors) == (True, True)
     assert from_mapping({"sidecarContainers": "a, b"}, ENV).sidecar_containers == ("a", "b")
 
 
@@ -122,6 +125,9 @@ def test_the_influx_password_env_var_wins_over_the_config_key_and_is_never_shown
     ({"externalCheckReportingURL": "kuberhealthy/externalCheckStatus"}, "externalCheckReportingURL"),
     ({"sidecarContainers": ["Istio_Proxy"]}, "sidecarContainers"),
     ({"sidecarContainers": {"istio-proxy": True}}, "sidecarContainers"),
+    ({"statusPage": True}, "statusPage"),
+    ({"statusPage": {"enabled": "on"}}, "statusPage.enabled"),
+    ({"statusPage": {"showErrors": 1}}, "statusPage.showErrors"),
 ])
 def test_a_bad_value_is_an_error_that_names_its_key(raw: dict[str, Any], key: str) -> None:
     with pytest.raises(ConfigError) as err:

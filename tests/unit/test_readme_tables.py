@@ -36,7 +36,8 @@ ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 VALUES = ROOT / "helm" / "kuberhealthy" / "values.yaml"
 # The config file's nested sections, read into these dataclasses (their fields, in camelCase, are the keys).
-NESTED_CONFIG = {"leaderElection": config.LeaderElection, "promMetricsConfig": config.PromMetrics}
+NESTED_CONFIG = {"leaderElection": config.LeaderElection, "promMetricsConfig": config.PromMetrics,
+                 "statusPage": config.StatusPage}
 # Chart values that are maps free by nature: one row, whatever keys they hold.
 FREE_MAPS = {"resources", "extraEnvs", "env", "nodeSelector", "affinity", "podAnnotations", "podLabels",
              "annotations", "additionalLabels", "labels"}

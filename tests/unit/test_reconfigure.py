@@ -29,7 +29,8 @@ def test_ordinary_keys_apply_live_without_rebuilding_the_caches() -> None:
     for raw in ({"maxCheckPodAge": "1h"}, {"logLevel": "debug"}, {"checkReaperRunInterval": "5s"},
                 {"externalCheckReportingURL": "http://x/externalCheckStatus"},
                 {"promMetricsConfig": {"errorLabelMaxLength": 10}}, {"enableForceMaster": True},
-                {"healthCheckDefaults": {"runInterval": "1m"}}, {"promMetricsConfig": {"labelDenylist": ["severity"]}}):
+                {"healthCheckDefaults": {"runInterval": "1m"}}, {"promMetricsConfig": {"labelDenylist": ["severity"]}},
+                {"statusPage": {"enabled": True, "showErrors": True}}):
         new = from_mapping(raw, ENV)
         assert needs_restart(old, new)[1] == []
         assert not needs_rebuild(old, new), raw
@@ -88,6 +89,7 @@ class _Services:
     ({"promMetricsConfig": {"labelAllowlist": ["severity"], "labelDenylist": ["category"],
                             "labelValueMaxLength": 9}}, []),  # read at each scrape
     ({"maxCheckPodAge": "1h"}, ["reapers"]),
+    ({"statusPage": {"enabled": True, "showErrors": True}}, []),  # read at each request of /status
 ])
 def test_a_changed_key_restarts_only_what_it_feeds(raw: dict[str, Any], restarted: list[str]) -> None:
     old, new = from_mapping({}, ENV), from_mapping(raw, ENV)
