@@ -230,12 +230,16 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--against", required=True, metavar="REF", help="the older commit or tag to compare with")
     ap.add_argument("--checks", default="250,500", help="comma-separated sizes (default 250,500)")
     ap.add_argument("--rounds", type=int, default=2, help="rounds of old and new at each size, alternating order")
+    ap.add_argument("--seed-new-only", action="store_true",
+                    help="seed only this tree's khstates with a month of rollups (REF's start without any)")
     harness_args(ap, "/tmp/kh-versus-<time>")
     return ap.parse_args(argv)
 
 
 def _one(args: argparse.Namespace, r: int, n: int, side: str, source: Path, outdir: Path) -> Measured:
     args.n, args.source = n, (source if side == OLD else None)
+    if args.seed_new_only:  # rollups on (a month in every khstate) against off (none, as before they existed)
+        args.seed_rollups = side == NEW
     t = time.monotonic()
     try:
         row = measure(args, outdir)
