@@ -108,6 +108,7 @@ class RollupBook:
         self.memo = memo or RollupMemo()
         self._lock = threading.Lock()
         self._pending: dict[str, Pending] = {}
+        self._whole = threading.Lock()  # whole values are decoded one at a time (their objects are large)
 
     def skipped(self, key: str, now: float) -> None:
         """A run that was not judged: counted in its hour by the next write."""
@@ -153,15 +154,17 @@ class RollupBook:
         tail = self._extended(kept, w, outcome, duration) if kept is not None else None
         warning = None
         if tail is None:  # decode it all: a value another process wrote, a pause, a new month's hour, the budget
-            rollup, _, warning = rollcodec.parse_tail(raw)
-            self.memo.parses += raw is not None
-            for start, end in w.pending.paused:
-                rollup = rollups.paused(rollup, start, end)
-            for at in w.pending.skipped:
-                rollup = rollups.record(rollup, at, rollups.SKIPPED, None, interval=w.interval)
-            if outcome is not None:
-                rollup = rollups.record(rollup, w.now, outcome, duration, interval=w.interval)
-            tail = rollcodec.pack(rollups.trim(rollup, w.now))
+            with self._whole:  # one month of objects (~280 KB) at a time: a start's first runs come all at once
+                rollup, _, warning = rollcodec.parse_tail(raw)
+                self.memo.parses += raw is not None
+                for start, end in w.pending.paused:
+                    rollup = rollups.paused(rollup, start, end)
+                for at in w.pending.skipped:
+                    rollup = rollups.record(rollup, at, rollups.SKIPPED, None, interval=w.interval)
+                if outcome is not None:
+                    rollup = rollups.record(rollup, w.now, outcome, duration, interval=w.interval)
+                tail = rollcodec.pack(rollups.trim(rollup, w.now))
+                del rollup
         spec[FIELD] = tail.value()
         self.memo.remember(w.key, tail)
         return warning

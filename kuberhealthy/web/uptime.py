@@ -35,6 +35,9 @@ HOURLY_KEPT = 32  # hourly timelines (24h, 7d) kept
 DECODES_PER_SECOND = 100
 
 
+_WHOLE = threading.Lock()  # whole values are decoded one at a time in the process
+
+
 class _Deferred(Exception):
     """The whole-decode budget is spent and the caller has older figures of the same value."""
 HEALTHCHECK = "healthcheck"  # web/entries.HEALTHCHECK (the one entry kind whose state is not a khstate)
@@ -124,6 +127,11 @@ class Uptime:
                 return found, found.last if found.last is not None and found.last.hour == hour else None
         if not self._spend() and may_defer:
             raise _Deferred
+        with _WHOLE:  # one month of objects (~280 KB) at a time, whatever the requests in flight
+            return self._decoded(key, state, data, hour, days)
+
+    def _decoded(self, key: str, state: Obj | None, data: bytes, hour: int,
+                 days: bool) -> tuple[_Digest, Hour | None] | None:
         rollup, tail, _ = rollcodec.parse_tail(stored(state))
         self.decodes += 1
         if tail.last is not None and tail.last.hour > hour:  # a clock behind the writer's: read it whole
