@@ -28,6 +28,9 @@ finished its first run, or one interval after the first checker pod appeared, an
                  per second and per run (runs = checker pods first seen in the window).
   `/` latency    GET / at 2 req/s (open loop, 15 s client timeout) during the window: p50/p99 of the
                  answered requests; timeouts, errors and non-200s counted as failed polls.
+  scrapes        GET /metrics every --scrape-every seconds (15) from the daemon's start, as a Prometheus
+                 server would: the readers' first reads after a start (uptime windows decode each check's
+                 whole rollup once) fall in the warm-up, and the window pays what scrapes cost at steady state.
   kubelet lag    from the simulated kubelet's stats file (pods first seen in the window): seen → bound,
                  seen → Running, Running → report answered (minus SIM_DELAY), and its watch delay
                  behind this harness's watch, so a slow kubelet is told apart from a slow daemon.
@@ -74,6 +77,7 @@ from bench.scaleprobe import (
     ApiWatch,
     PodLog,
     Poller,
+    Scraper,
     StateLog,
     TreeSampler,
     audit_mark,
@@ -260,6 +264,7 @@ def measure(args: argparse.Namespace, outdir: Path) -> dict[str, Any]:
     watches: list[ApiWatch] = []
     sampler: TreeSampler | None = None
     poller: Poller | None = None
+    scraper: Scraper | None = None
     stats: dict[str, Any] | None = None
     pods, states, hc_states = PodLog(), StateLog(), StateLog(healthcheck_version)
     try:
@@ -301,6 +306,7 @@ def measure(args: argparse.Namespace, outdir: Path) -> dict[str, Any]:
         sampler = TreeSampler(daemon.proc.pid).start()
         if not wait_until(lambda: http_ok(d.port, "/healthz"), 120, dead):
             raise RuntimeError(f"daemon not answering /healthz after 120s (log: {daemon.log_path})")
+        scraper = Scraper(HOST, daemon.port, period=args.scrape_every).start()
         say(f"daemon up in {time.monotonic() - t_daemon:.1f}s; warm-up")
         # Warm-up: every check has finished its first run, or one interval after the first pod appeared.
         if not wait_until(lambda: bool(pods.pods), max(60.0, interval), dead):
@@ -408,6 +414,8 @@ def measure(args: argparse.Namespace, outdir: Path) -> dict[str, Any]:
         row["status_page"] = {**summary(answered), "polls": len(polls),
                               "failed": sum(1 for p in polls if p.outcome != "ok"), "skipped": poller.skipped,
                               "outcomes": dict(Counter(p.outcome for p in polls))}
+        row["metrics_scrapes"] = {"every_s": args.scrape_every, "answered": len(scraper.seconds),
+                                  "failed": scraper.failed, **summary(scraper.seconds)}
         row["watch_restarts"] = {"pods": watches[0].restarts, "khstates": watches[1].restarts,
                                  **({"healthchecks": watches[2].restarts} if len(watches) > 2 else {})}
         row["daemon_log"] = {"path": str(daemon.log_path), **log_problems(daemon.log_path)}
@@ -418,7 +426,7 @@ def measure(args: argparse.Namespace, outdir: Path) -> dict[str, Any]:
             "polls": [asdict(p) for p in polls], "window": [w0, w1], "wall": [wall0, wall1]}))
         return row
     finally:
-        for thing in (poller, sampler):
+        for thing in (poller, sampler, scraper):
             if thing is not None:
                 try:
                     thing.stop()
@@ -481,6 +489,8 @@ def harness_args(ap: argparse.ArgumentParser, results: str) -> None:
     ap.add_argument("--timeout", type=float, default=30.0, help="timeout of every check, seconds")
     ap.add_argument("--image", default="kh-sim/ok")
     ap.add_argument("--poll-rate", type=float, default=2.0, help="GET / per second during the window")
+    ap.add_argument("--scrape-every", type=float, default=15.0,
+                    help="GET /metrics every this many seconds from the daemon's start, as Prometheus would (0: never)")
     ap.add_argument("--log-level", default="info", help="the daemon's logLevel")
     ap.add_argument("--results", default="", help=f"where logs go (default {results})")
     ap.add_argument("--keep-audit", action="store_true", help="keep each test bed's audit log")

@@ -8,6 +8,8 @@ Each one measures the daemon from outside, independently of its own code and num
                read=healthcheck_version a HealthCheck's status.
   TreeSampler  a process tree's CPU (utime+stime, children included), PSS, RSS and threads from /proc.
   Poller       `GET /` at a fixed rate (open loop: a slow answer does not delay the next request).
+  Scraper      `GET /metrics` every N seconds from the daemon's start, as a Prometheus server would, so the
+               readers' first (cold) reads fall in the warm-up and the window sees their steady cost.
   scrape_histogram  the daemon's own histogram.
   audit_since(count_audit | audit_answers | owner_counter(..))  the API server's audit log since a mark,
                across its rotations: requests by kind, answers outside 2xx, requests by the check kind
@@ -393,6 +395,49 @@ class Poller:
         self._stop.set()
         self._thread.join(5)
         self._pool.shutdown(wait=True)
+
+
+class Scraper:
+    """`GET /metrics` every `period` seconds (closed loop, one at a time), until stopped."""
+
+    def __init__(self, host: str, port: int, period: float = 15.0, timeout: float = 15.0) -> None:
+        self.host, self.port, self.period, self.timeout = host, port, period, timeout
+        self.seconds: list[float] = []  # answered scrapes' durations
+        self.failed = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="scraper", daemon=True)
+
+    def _one(self) -> None:
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+        at = time.monotonic()
+        try:
+            conn.request("GET", "/metrics", headers={"User-Agent": HARNESS_UA})
+            resp = conn.getresponse()
+            resp.read()
+            if resp.status == 200:
+                self.seconds.append(time.monotonic() - at)
+            else:
+                self.failed += 1
+        except (OSError, http.client.HTTPException):
+            self.failed += 1
+        finally:
+            conn.close()
+
+    def _loop(self) -> None:
+        next_at = time.monotonic()
+        while not self._stop.wait(max(0.0, next_at - time.monotonic())):
+            self._one()
+            next_at += self.period
+
+    def start(self) -> Scraper:
+        if self.period > 0:
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(self.timeout + 1)
 
 
 # --- the daemon's own histogram, and the audit log -------------------------------------------------------
