@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from pathlib import Path
 from typing import Any
 
 try:
@@ -137,3 +138,24 @@ def low_contrast(driver: Any, minimum: float = 4.5) -> list[str]:
     """Visible text on the current page whose contrast is below `minimum` (WCAG AA: 4.5)."""
     found: list[str] = driver.execute_script(CONTRAST_JS, minimum)
     return found
+
+
+def shots_dir(sub: str = "") -> Path:
+    """Where screenshots are kept: KH_SCREENSHOT_DIR (default /tmp/kh-screenshots), then `sub`."""
+    where = Path(os.environ.get("KH_SCREENSHOT_DIR") or "/tmp/kh-screenshots") / sub
+    where.mkdir(parents=True, exist_ok=True)
+    return where
+
+
+def screenshot(driver: Any, path: Path, full: bool = True) -> None:
+    """A screenshot of the page at the window's width: the whole page's height, or (full False) the window's."""
+    width = driver.execute_script("return window.innerWidth;")
+    height = driver.execute_script("return document.documentElement.scrollHeight;") if full else \
+        driver.execute_script("return window.innerHeight;")
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                           {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": width < 600})
+    try:
+        assert driver.save_screenshot(str(path))
+    finally:
+        driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+    print(f"screenshot: {path}")

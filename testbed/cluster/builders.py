@@ -50,6 +50,12 @@ def khj(ns: str, name: str | None = None) -> str:
     return cr_path("khjobs", ns, name)
 
 
+def hcs(ns: str, name: str | None = None) -> str:
+    """A HealthCheck's path (Kuberhealthy v3's kind, kuberhealthy.github.io/v2)."""
+    base = f"/apis/kuberhealthy.github.io/v2/namespaces/{ns}/healthchecks"
+    return f"{base}/{name}" if name else base
+
+
 def pods_path(ns: str, name: str | None = None) -> str:
     return f"{NAMESPACES}/{ns}/pods" + (f"/{name}" if name else "")
 

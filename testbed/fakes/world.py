@@ -168,6 +168,31 @@ def month_of_runs(now: float, seed: int = 30) -> dict[str, Any]:
     return rollcodec.serialize(rollup)
 
 
+def days_of_runs(days: str, now: float, runs: tuple[tuple[int, float], ...] = ((0, 1.0),),
+                 interval: float = 3600.0) -> dict[str, Any]:
+    """The stored uptime rollups of runs following `days`, the last day ending at `now`: a mark per UTC day,
+    oldest first (o OK, d degraded: one failed hour, f failing: every other hour failed, p paused, - no data,
+    s slow: OK, six times as long). Each hour has a run at minute 1 plus each `runs` offset in seconds; a run's
+    duration is 0.4-0.8 s times its factor."""
+    r = rollups.empty()
+    start = (int(now // 86400) - len(days) + 1) * 86400
+    for d, mark in enumerate(days):
+        for h in range(24):
+            at = start + d * 86400 + h * 3600 + 60
+            if at > now or mark == "-":
+                continue
+            if mark == "p":
+                r = rollups.paused(r, at - 60, at + 3540)
+                continue
+            failed = (mark == "d" and h == 5) or (mark == "f" and h % 2 == 0)
+            seconds = (0.4 + (h % 5) * 0.1) * (6 if mark == "s" else 1)
+            for offset, factor in runs:
+                if at + offset <= now:
+                    r = rollups.record(r, at + offset, rollups.FAILED if failed else rollups.OK, seconds * factor,
+                                       interval=interval)
+    return rollcodec.serialize(r)
+
+
 def check_spec(name: str = "probe", namespace: str = NS, **kwargs: Any) -> CheckSpec:
     return CheckSpec.of(khcheck(name, namespace, **kwargs))
 

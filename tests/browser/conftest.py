@@ -95,6 +95,15 @@ def driver_fixture(browser_missing: None) -> Iterator[Any]:
         d.quit()
 
 
+@pytest.fixture(name="phone", scope="module")
+def phone_fixture(browser_missing: None) -> Iterator[Any]:
+    d = browser.chrome(*browser.PHONE)
+    try:
+        yield d
+    finally:
+        d.quit()
+
+
 @pytest.fixture(name="no_js_driver", scope="module")
 def no_js_driver_fixture(browser_missing: None) -> Iterator[Any]:
     d = browser.chrome(javascript=False)

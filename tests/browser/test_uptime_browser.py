@@ -7,24 +7,21 @@ Screenshots are kept (their paths are printed): KH_SCREENSHOT_DIR, default /tmp/
 dashboard-uptime/."""
 from __future__ import annotations
 
-import os
 import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
 
-from kuberhealthy.records import rollcodec, rollups
-from testbed.clients import browser
-from testbed.clients.browser import INSTALL, PHONE, color_scheme, console_errors, low_contrast
+from testbed.clients.browser import INSTALL, PHONE, color_scheme, console_errors, low_contrast, screenshot, shots_dir
 from testbed.cluster.apiserver import TestCluster
-from testbed.cluster.builders import container, khc, khcheck, khs
+from testbed.cluster.builders import MERGE_PATCH, container, hcs, khc, khcheck, khs
 from testbed.cluster.objects import create_namespace
 from testbed.daemons.process import DaemonProcess
+from testbed.fakes.world import days_of_runs
 from testbed.sim.kubelet import SimKubelet
 from testbed.wait import wait_for
 
@@ -32,41 +29,13 @@ pytest.importorskip("selenium", reason=f"browser tests need selenium: {INSTALL}"
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
-HC_API = "/apis/kuberhealthy.github.io/v2"
-MERGE = "application/merge-patch+json"
+SHOTS = "dashboard-uptime"  # screenshots go to this folder of shots_dir()
 # name: (kind, image, 30 days oldest first: o OK, d degraded, f failing, p paused, - no data, s slow)
 CHECKS: dict[str, tuple[str, str, str]] = {
     "alpha-ok": ("khcheck", "kh-sim/ok", "o" * 9 + "d" + "o" * 8 + "pp" + "o" * 6 + "ss" + "oo"),
     "bravo-fail": ("khcheck", "kh-sim/fail", "-" * 10 + "o" * 15 + "d" + "o" + "fff"),
     "gamma-hc": ("healthcheck", "kh-sim/ok", "o" * 4 + "f" + "o" * 25),
 }
-
-
-def hc_path(ns: str, name: str | None = None) -> str:
-    base = f"{HC_API}/namespaces/{ns}/healthchecks"
-    return f"{base}/{name}" if name else base
-
-
-def seeded(days: str, now: float) -> dict[str, Any]:
-    """The rollup of half-hourly runs following `days` (see CHECKS), the last day ending now."""
-    r = rollups.empty()
-    start = (int(now // 86400) - len(days) + 1) * 86400
-    for d, mark in enumerate(days):
-        for h in range(24):
-            at = start + d * 86400 + h * 3600 + 60
-            if at > now or mark == "-":
-                continue
-            if mark == "p":
-                r = rollups.paused(r, at - 60, at + 3540)
-                continue
-            failed = (mark == "d" and h == 5) or (mark == "f" and h % 2 == 0)
-            seconds = (0.4 + (h % 5) * 0.1) * (6 if mark == "s" else 1)
-            for run, slower in ((0, 1.0), (1800, 1.8)):  # two runs an hour: p95 above p50
-                if at + run > now:
-                    continue
-                r = rollups.record(r, at + run, rollups.FAILED if failed else rollups.OK, seconds * slower,
-                                   interval=1800)
-    return rollcodec.serialize(r)
 
 
 @dataclass
@@ -89,7 +58,7 @@ def _create(cluster: TestCluster, ns: str, name: str, kind: str, image: str) -> 
     if kind == "khcheck":
         cluster.request("POST", khc(ns), khcheck(name, image, "1h", timeout="20s", env=env))
         return
-    cluster.request("POST", hc_path(ns), {
+    cluster.request("POST", hcs(ns), {
         "apiVersion": "kuberhealthy.github.io/v2", "kind": "HealthCheck", "metadata": {"name": name},
         "spec": {"runInterval": "1h", "timeout": "20s",
                  "podSpec": {"spec": {"containers": [container(image, env=env)], "restartPolicy": "Never"}}}})
@@ -123,47 +92,29 @@ def up_bed_fixture(browser_missing: None, cluster: TestCluster, tmp_path_factory
         now = time.time()
         for name, (kind, _, days) in CHECKS.items():
             if kind == "khcheck":
-                cluster.request("PATCH", khs(ns, name), {"spec": {"rollups": seeded(days, now)}}, content_type=MERGE)
+                cluster.request("PATCH", khs(ns, name), {"spec": {"rollups": seeded(days, now)}},
+                                content_type=MERGE_PATCH)
             else:
-                cluster.request("PATCH", hc_path(ns, name) + "/status", {"status": {"rollups": seeded(days, now)}},
-                                content_type=MERGE)
+                cluster.request("PATCH", hcs(ns, name) + "/status", {"status": {"rollups": seeded(days, now)}},
+                                content_type=MERGE_PATCH)
         wait_for(lambda: _seeded_shown(bed), timeout=30, interval=0.5, what="the seeded history on the dashboard")
         yield bed
     finally:
         daemon.stop()
         kubelet.stop()
-        for path in (khc, khs, hc_path):  # leave no failing check behind for later tests
+        for path in (khc, khs, hcs):  # leave no failing check behind for later tests
             for obj in cluster.request("GET", path(ns))["items"]:
                 cluster.request("DELETE", path(ns, obj["metadata"]["name"]))
 
 
-@pytest.fixture(name="phone", scope="module")
-def phone_fixture(browser_missing: None) -> Iterator[Any]:
-    d = browser.chrome(*PHONE)
-    try:
-        yield d
-    finally:
-        d.quit()
-
-
-def _shots() -> Path:
-    where = Path(os.environ.get("KH_SCREENSHOT_DIR") or "/tmp/kh-screenshots") / "dashboard-uptime"
-    where.mkdir(parents=True, exist_ok=True)
-    return where
+def seeded(days: str, now: float) -> dict[str, Any]:
+    """The rollup of half-hourly runs following `days` (see CHECKS), the last day ending now; the second run of
+    an hour is slower, so a p95 stands above its p50."""
+    return days_of_runs(days, now, runs=((0, 1.0), (1800, 1.8)), interval=1800)
 
 
 def _shot(driver: Any, name: str, full: bool = True) -> None:
-    path = _shots() / name
-    width = driver.execute_script("return window.innerWidth;")
-    height = driver.execute_script("return document.documentElement.scrollHeight;") if full else \
-        driver.execute_script("return window.innerHeight;")
-    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
-                           {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": width < 600})
-    try:
-        assert driver.save_screenshot(str(path))
-    finally:
-        driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
-    print(f"screenshot: {path}")
+    screenshot(driver, shots_dir(SHOTS) / name, full)
 
 
 def _bars(driver: Any) -> dict[str, dict[str, Any]]:
@@ -260,8 +211,8 @@ def test_on_a_phone_the_bars_and_plots_fit_without_scrolling_the_page_sideways(u
             full = phone.execute_script("return document.documentElement.scrollHeight;")
             phone.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
                                   {"width": width, "height": full, "deviceScaleFactor": 1, "mobile": True})
-            assert phone.save_screenshot(str(_shots() / shot))
-            print(f"screenshot: {_shots() / shot}")
+            assert phone.save_screenshot(str(shots_dir(SHOTS) / shot))
+            print(f"screenshot: {shots_dir(SHOTS) / shot}")
         finally:
             phone.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
     assert console_errors(phone) == []
@@ -322,11 +273,11 @@ def test_a_bar_changes_in_place_when_its_checks_rollup_changes(up_bed: Bed, driv
     assert marker == 1
     path = khs(up_bed.namespace, "alpha-ok")
     up_bed.cluster.request("PATCH", path, {"spec": {"rollups": seeded("o" * 27 + "fff", time.time())}},
-                           content_type=MERGE)
+                           content_type=MERGE_PATCH)
     try:
         WebDriverWait(driver, 30, poll_frequency=0.3).until(lambda d: "3 failing" in _bars(d)[row_id]["name"])
         assert driver.execute_script("return document.body.dataset.kept;") == "yes"  # live, not reloaded
     finally:
         up_bed.cluster.request("PATCH", path, {"spec": {"rollups": seeded(CHECKS["alpha-ok"][2], time.time())}},
-                               content_type=MERGE)
+                               content_type=MERGE_PATCH)
     assert "3 failing" not in before
