@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 
 from testbed.cluster.apiserver import TestCluster
+from testbed.cluster.builders import hcs
 from testbed.cluster.crds import load_crds
 from testbed.wait import wait_for
 
@@ -22,16 +23,11 @@ PROBE_NS = "default"
 PROBE = "kh-crd-probe"
 
 
-def _hc(ns: str, name: str | None = None) -> str:
-    base = f"/apis/{GROUP}/v2/namespaces/{ns}/healthchecks"
-    return f"{base}/{name}" if name else base
-
-
 def _keeps_ours(cluster: TestCluster) -> bool:
     """A dry-run status write keeps a field of ours (`node`): our CRD is in force."""
-    obj = cluster.request("GET", _hc(PROBE_NS, PROBE))
+    obj = cluster.request("GET", hcs(PROBE_NS, PROBE))
     obj["status"] = {"ok": True, "node": "n"}
-    stored = cluster.request("PUT", _hc(PROBE_NS, PROBE) + "/status?dryRun=All", obj)
+    stored = cluster.request("PUT", hcs(PROBE_NS, PROBE) + "/status?dryRun=All", obj)
     return "node" in (stored.get("status") or {})
 
 
@@ -40,7 +36,7 @@ def v3_crd_in_place(cluster: TestCluster) -> Iterator[None]:
     """v3's CRD in force inside the block, ours back (and in force) after."""
     (ours,) = [c for c in load_crds() if c["metadata"]["name"] == CRD_NAME]
     (v3,) = [d for d in yaml.safe_load_all(V3_CRD.read_text()) if d]
-    cluster.request("POST", _hc(PROBE_NS), {
+    cluster.request("POST", hcs(PROBE_NS), {
         "apiVersion": f"{GROUP}/v2", "kind": "HealthCheck", "metadata": {"name": PROBE},
         "spec": {"runInterval": "1m", "timeout": "30s",
                  "podSpec": {"spec": {"containers": [{"name": "main", "image": "kh-sim/ok"}]}}}})
@@ -58,4 +54,4 @@ def v3_crd_in_place(cluster: TestCluster) -> Iterator[None]:
     finally:
         put(ours)
         wait_for(lambda: _keeps_ours(cluster), 30, what="our CRD back in force")
-        cluster.request("DELETE", _hc(PROBE_NS, PROBE))
+        cluster.request("DELETE", hcs(PROBE_NS, PROBE))
