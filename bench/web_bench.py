@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import builtins
 import json
 import os
 import statistics
@@ -49,8 +48,7 @@ from gunicorn.app.base import BaseApplication
 import kuberhealthy.base.config
 from kuberhealthy.daemon.server import HTTP_THREADS, KEEPALIVE, http_settings
 from kuberhealthy.daemon.services import Services
-from kuberhealthy.kube import Kube, Notifier
-from kuberhealthy.outputs.runstats import SchedulingMetrics
+from kuberhealthy.kube import KHCHECKS, KHSTATES, Kube
 from kuberhealthy.records.history import RunFacts, RunRecord, apply_run
 from kuberhealthy.web import create_app
 from testbed.cluster.apiserver import cleanup, start_cluster
@@ -58,6 +56,7 @@ from testbed.cluster.builders import checker_pod, khs, khstate, pods_path
 from testbed.cluster.crds import install_crds
 from testbed.cluster.loopback import free_port, pod_ip
 from testbed.cluster.objects import create_namespace, set_pod_status
+from testbed.fakes import FakeServices, fake_config
 from testbed.stats import cpu_seconds, percentile
 
 HOST = "127.0.0.1"
@@ -88,61 +87,18 @@ class _Gunicorn(BaseApplication):
         return self.factory()
 
 
-class StaticStore:
-    """A reflector stand-in holding fixed objects (the status page bench needs no API server)."""
-
-    def __init__(self, objs: list[dict[str, Any]]) -> None:
-        self._objs = {f"{o['metadata']['namespace']}/{o['metadata']['name']}": o for o in objs}
-
-    def list(self) -> list[dict[str, Any]]:
-        return list(self._objs.values())
-
-    def get(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self._objs.get(f"{namespace}/{name}")
-
-    def by_index(self, index: str, value: str) -> builtins.list[dict[str, Any]]:
-        return []
-
-    def add_listener(self, fn: Any) -> None:
-        pass
-
-
-class StubServices:
-    """Just what create_app reads, over static stores (`history` entries per khstate, and a khcheck each)."""
-
-    def __init__(self, checks: int, history: int = 0) -> None:
-        self.config = kuberhealthy.base.config.from_mapping({}, {"POD_NAME": "kh-bench-0"})
-        states = fake_khstates(checks)
-        if history:
-            add_history(states, history)
-        self.khstates = StaticStore(states)
-        self.khchecks = StaticStore(fake_khchecks(states) if history else [])
-        self.khjobs = StaticStore([])
-        self.pods = StaticStore([])
-        self.notifier = Notifier()
-        self.stats = SchedulingMetrics()
-        self.resources = None
-
-    def current_master(self) -> str:
-        return "kh-bench-0"
-
-    def cache_status(self) -> list[tuple[str, bool, float]]:
-        return []
-
-    def influx_points_dropped(self) -> int:
-        return 0
-
-    def ready(self) -> bool:
-        return True
-
-    def read_checker_pods(self, run_uuid: str | None, ip: str | None, timeout: float) -> list[dict[str, Any]]:
-        return []
-
-    def read_checker_pod(self, namespace: str, name: str, timeout: float) -> dict[str, Any] | None:
-        return None
-
-    def read_khstate(self, namespace: str, name: str, timeout: float) -> dict[str, Any] | None:
-        return None
+def stub_services(checks: int, history: int = 0) -> FakeServices:
+    """Services over the in-memory fakes holding `checks` khstates (with `history` entries each, and then a
+    khcheck each): what create_app reads, without an API server."""
+    services = FakeServices(config=fake_config(pod_name="kh-bench-0"))
+    states = fake_khstates(checks)
+    if history:
+        add_history(states, history)
+        for check in fake_khchecks(states):
+            services.api.put(KHCHECKS, check)
+    for state in states:
+        services.api.put(KHSTATES, state)
+    return services
 
 
 def fake_khstates(n: int) -> list[dict[str, Any]]:
@@ -188,7 +144,7 @@ def fake_khchecks(states: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def ours_factory(checks: int, history: int = 0) -> Callable[[], Any]:
     def make() -> Any:
-        return create_app(StubServices(checks, history))  # type: ignore[arg-type]
+        return create_app(stub_services(checks, history))
     return make
 
 

@@ -1,9 +1,10 @@
 """listenAddress (and listenAddressTLS) → gunicorn bind, with Go's meaning of `:port`; the gunicorn settings
-the image needs; the HTTPS listener's worker class."""
+the image needs; the HTTPS listener's worker class; the web benchmark serves the app as the daemon does."""
 from pathlib import Path
 
 import pytest
 
+from bench.web_bench import ours_factory
 from kuberhealthy.base.config import from_mapping
 from kuberhealthy.base.errors import ConfigError
 from kuberhealthy.daemon.httptls import ServerTLS
@@ -83,3 +84,10 @@ def test_the_tls_worker_class_is_ours_knowing_the_https_port() -> None:
     worker_class = http_settings([], tls)["worker_class"]
     assert issubclass(worker_class, PollingWorker) and worker_class.tls is tls
     assert PollingWorker.tls is None and http_settings([])["worker_class"] is PollingWorker
+
+
+def test_the_web_benchmark_builds_the_apps_it_serves_and_they_answer() -> None:
+    page = ours_factory(30)().test_client().get("/")
+    assert page.status_code == 200 and page.get_json()["CheckDetails"]["team-00/check-0000"]["OK"] is False
+    api = ours_factory(5, history=3)().test_client().get("/api/checks")
+    assert api.status_code == 200 and len(api.get_json()["checks"]) == 5
