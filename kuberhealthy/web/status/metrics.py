@@ -35,8 +35,11 @@ as soon as one check of the scrape has a value for it, "" for the others, which 
 label: a check's series stay the same ones whether or not a neighbour is labelled, and a cluster that
 labels no check exports exactly v2's label sets.
 
-Custom collectors on their own registry, no state kept between scrapes; prometheus-client renders the
-text, so quotes, backslashes and newlines are escaped and the output always parses.
+Custom collectors on their own registry; prometheus-client renders the text, so quotes, backslashes and
+newlines are escaped and the output always parses. The per-check families keep each check's rendered
+samples between scrapes while the check's row (web/entries.py's Built, web/status/page.py's Details) is
+the same object (web/status/exposition.py); what changes with the clock alone
+(kuberhealthy_check_seconds_since_success) is made at every scrape.
 """
 from __future__ import annotations
 
@@ -45,7 +48,7 @@ import logging
 import math
 import re
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -58,6 +61,7 @@ from kuberhealthy.base.durations import parse_duration
 from kuberhealthy.base.times import parse_time
 from kuberhealthy.web.entries import LABEL_PREFIX, runs_once
 from kuberhealthy.web.gojson import valid_text
+from kuberhealthy.web.status.exposition import Part, RowCache, TextFamily, Values, families
 from kuberhealthy.web.status.page import Details, StatusSummary
 
 logger = logging.getLogger(__name__)
@@ -71,6 +75,16 @@ _TAKEN = frozenset({"check", "namespace", "status", "error", "result", "le", "re
                     "job", "instance", "run_uuid"})
 
 Settings = Config | PromMetrics  # a whole Config picks the style; PromMetrics alone means v2
+# (is job, key) -> (the row's labels, (extra names, value length), their values): Labelling.of's memo
+LabelMemo = dict[tuple[bool, str], tuple[Mapping[str, str], tuple[tuple[str, ...], int], tuple[str, ...]]]
+
+
+@functools.lru_cache(maxsize=256)
+def _maker(kind: str, name: str, documentation: str, labels: tuple[str, ...]) -> Callable[[], Metric]:
+    """An empty family's maker, the same object for the same family and labels (exposition keeps its header
+    by it)."""
+    cls = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
+    return functools.partial(cls, name, documentation, labels=list(labels))
 
 
 def error_label(errors: tuple[str, ...] | None, config: PromMetrics) -> str:
@@ -174,12 +188,27 @@ class Labelling:
     values: Mapping[tuple[bool, str], tuple[str, ...]] = field(default_factory=dict)  # (is job, key) -> values
 
     @classmethod
-    def of(cls, settings: MetricsSettings, rows: Iterable[CheckRow]) -> Labelling:
+    def of(cls, settings: MetricsSettings, rows: Iterable[CheckRow], kept: LabelMemo | None = None) -> Labelling:
+        """The labelling of a scrape of `rows`. `kept`: each row's values from the last scrape, reused while
+        its labels are the same object and the settings the same (and replaced by this scrape's)."""
         found: dict[tuple[bool, str], tuple[str, ...]] = {}
+        memo: LabelMemo = {}
+        wanted = (settings.extra, settings.value_max_length)
         for row in rows:
-            found.setdefault((runs_once(row.view), row.key), tuple(
-                _first(valid_text(str(row.labels.get(LABEL_PREFIX + name) or "")), settings.value_max_length)
-                for name in settings.extra))
+            key = (runs_once(row.view), row.key)
+            if key in found:
+                continue
+            hit = kept.get(key) if kept is not None else None
+            if hit is not None and hit[0] is row.labels and hit[1] == wanted:
+                values = hit[2]
+            else:
+                values = tuple(_first(valid_text(str(row.labels.get(LABEL_PREFIX + name) or "")),
+                                      settings.value_max_length) for name in settings.extra)
+            found[key] = values
+            memo[key] = (row.labels, wanted, values)
+        if kept is not None:
+            kept.clear()
+            kept.update(memo)
         used = [i for i, _ in enumerate(settings.extra) if any(v[i] for v in found.values())]
         return cls(settings.style == V3, tuple(settings.extra[i] for i in used),
                    {k: tuple(v[i] for i in used) for k, v in found.items()})
@@ -205,33 +234,37 @@ class KuberhealthyCollector(Collector):
         self._config = config
         self._rows = rows
         self._leader = leader
+        self._kept = RowCache()
+        self._labels: LabelMemo = {}
 
     def describe(self) -> list[Metric]:
         return []  # names are fixed and unique on our own registry; skip the collect() at register time
 
     def _workload(self, kind: str, entries: tuple[Details, ...], settings: MetricsSettings,
-                  lab: Labelling) -> Iterator[Metric]:
+                  lab: Labelling) -> list[TextFamily]:
         suppress = settings.prom.suppress_error_label
-        labels = ["check", "namespace", "status", *([] if suppress else ["error"]), *lab.names]
-        state = GaugeMetricFamily(f"kuberhealthy_{kind}", f"Shows the status of a Kuberhealthy {kind}",
-                                  labels=labels)
-        duration = GaugeMetricFamily(f"kuberhealthy_{kind}_duration_seconds",
-                                     f"Shows the {kind} run duration of a Kuberhealthy {kind}",
-                                     labels=["check", "namespace", *lab.names])
-        for d in entries:
-            status = "1" if d.ok else "0"
-            check, extra = lab.check(d.key, d.spec_namespace), lab.extra(d.key, d.is_job)
-            error = [] if suppress else [error_label(d.errors, settings.prom)]
-            state.add_metric([*check, status, *error, *extra], 1.0 if d.ok else 0.0)
-            duration.add_metric([*check, *extra], duration_seconds(d.run_duration))
-        yield state
-        yield duration
+        makers = (_maker("gauge", f"kuberhealthy_{kind}", f"Shows the status of a Kuberhealthy {kind}",
+                         ("check", "namespace", "status", *([] if suppress else ["error"]), *lab.names)),
+                  _maker("gauge", f"kuberhealthy_{kind}_duration_seconds",
+                         f"Shows the {kind} run duration of a Kuberhealthy {kind}", ("check", "namespace", *lab.names)))
+
+        def row(d: Details) -> tuple[Part, ...]:
+            extra = tuple(lab.extra(d.key, d.is_job))
+
+            def values() -> tuple[Values, Values]:
+                check = tuple(lab.check(d.key, d.spec_namespace))
+                error = () if suppress else (error_label(d.errors, settings.prom),)
+                return ((((*check, "1" if d.ok else "0", *error, *extra), 1.0 if d.ok else 0.0),),
+                        (((*check, *extra), duration_seconds(d.run_duration)),))
+            context = (lab.v3, lab.names, extra, suppress, settings.prom.error_label_max_length)
+            return self._kept.parts((kind, d.key), d, context, values)
+        return families(makers, (row(d) for d in entries))
 
     def collect(self) -> Iterator[Metric]:
         config = self._config
         settings = MetricsSettings.of(config if isinstance(config, (Config, PromMetrics)) else config())
         summary = self._summary()
-        lab = Labelling.of(settings, (_row(r) for r in self._rows()) if self._rows else ())
+        lab = Labelling.of(settings, (_row(r) for r in self._rows()) if self._rows else (), self._labels)
         running = GaugeMetricFamily("kuberhealthy_running", "Shows if kuberhealthy is running error free",
                                     labels=["current_master"])
         running.add_metric([valid_text(self._current_master())], 1.0)
@@ -244,6 +277,7 @@ class KuberhealthyCollector(Collector):
                                     value=1.0 if self._leader() else 0.0)
         yield from self._workload("check", summary.checks, settings, lab)
         yield from self._workload("job", summary.jobs, settings, lab)
+        self._kept.sweep()
         yield run_duration_histogram(duration_seconds(d.run_duration) for d in summary.checks)
 
 
@@ -264,6 +298,8 @@ class CheckStatsCollector(Collector):
         self._rows = rows
         self._config = config if config is not None else PromMetrics()
         self._wall = wall
+        self._kept = RowCache()
+        self._labels: LabelMemo = {}
 
     def describe(self) -> list[Metric]:
         return []
@@ -272,51 +308,63 @@ class CheckStatsCollector(Collector):
         config = self._config
         settings = MetricsSettings.of(config if isinstance(config, (Config, PromMetrics)) else config())
         rows = [_row(r) for r in self._rows()]
-        lab = Labelling.of(settings, rows)
-        labels = ["check", "namespace", *lab.names]
-
-        def gauge(name: str, text: str) -> GaugeMetricFamily:
-            return GaugeMetricFamily(name, text, labels=labels)
-
-        def counter(name: str, text: str, extra: Sequence[str] = ()) -> CounterMetricFamily:
-            return CounterMetricFamily(name, text, labels=[*labels, *extra])
-        failures = gauge("kuberhealthy_check_consecutive_failures", "Failed runs of the check since its last OK run")
-        last_ok = gauge("kuberhealthy_check_last_success_timestamp_seconds",
-                        "When the check last ran OK, in unix seconds")
-        interval = gauge("kuberhealthy_check_interval_seconds", "The check's runInterval")
-        runs = counter("kuberhealthy_check_runs", "Judged runs of the check, by result (persisted)", ["result"])
-        paused = gauge("kuberhealthy_check_paused", "1 while the check is paused (its paused-until annotation is "
-                       "ahead), else 0")
-        ok_total = counter("kuberhealthy_check_success", "Runs of the check that ended OK (persisted)")
-        failed_total = counter("kuberhealthy_check_failure", "Runs of the check that failed (persisted)")
-        since_ok = gauge("kuberhealthy_check_seconds_since_success",
-                         "Seconds since the check last ran OK; -1 when it never has")
-        uptime = GaugeMetricFamily("kuberhealthy_check_uptime_ratio",
-                                   "OK runs over judged runs of the check in the window ending now (0..1), from its "
-                                   "rollups; absent for a window without a finished run", labels=[*labels, "window"])
+        lab = Labelling.of(settings, rows, self._labels)
+        labels = ("check", "namespace", *lab.names)
+        makers = [_maker(kind, name, text, (*labels, *extra)) for kind, name, text, extra in _CHECK_FAMILIES]
+        since_ok = GaugeMetricFamily("kuberhealthy_check_seconds_since_success",
+                                     "Seconds since the check last ran OK; -1 when it never has", labels=list(labels))
         now = self._wall()
-        seen: set[str] = set()
-        for row in rows:
+
+        def shown() -> Iterator[CheckRow]:  # once per key, checks only (jobs have v2's families alone)
+            seen: set[str] = set()
+            for row in rows:
+                if not runs_once(row.view) and row.key not in seen:
+                    seen.add(row.key)
+                    yield row
+
+        def parts(row: CheckRow) -> tuple[Part, ...]:
             entry = row.view
-            if runs_once(entry) or row.key in seen:
-                continue
-            seen.add(row.key)
-            values = [*lab.check(row.key, str(entry.get("namespace") or "")), *lab.extra(row.key)]
-            failures.add_metric(values, _number(entry.get("consecutiveFailures")))
+            values = (*lab.check(row.key, str(entry.get("namespace") or "")), *lab.extra(row.key))
             when = parse_time(entry.get("lastOK"))
-            if when is not None:
-                last_ok.add_metric(values, when)
             since_ok.add_metric(values, max(0.0, now - when) if when is not None else -1.0)
-            interval.add_metric(values, _number(entry.get("interval")))
-            ok, failed = _number(entry.get("successCount")), _number(entry.get("failureCount"))
-            runs.add_metric([*values, "ok"], ok)
-            runs.add_metric([*values, "failed"], failed)
-            ok_total.add_metric(values, ok)
-            failed_total.add_metric(values, failed)
-            paused.add_metric(values, 1.0 if entry.get("paused") else 0.0)
-            for window, ratio in _uptimes(entry.get("windows")):
-                uptime.add_metric([*values, window], ratio)
-        yield from (failures, last_ok, interval, runs, paused, ok_total, failed_total, since_ok, uptime)
+            return self._kept.parts(row.key, row, (lab.v3, lab.names, values),
+                                    lambda: _check_values(entry, values, when))
+        cached = families(makers, (parts(row) for row in shown()))
+        self._kept.sweep()
+        yield from cached[:-1]
+        yield since_ok
+        yield cached[-1]
+
+
+# The per-check families whose samples are kept between scrapes, in the order of _check_values (and of
+# /metrics, kuberhealthy_check_seconds_since_success going before the last): kind, name, help, more labels
+_CHECK_FAMILIES = (
+    ("gauge", "kuberhealthy_check_consecutive_failures", "Failed runs of the check since its last OK run", ()),
+    ("gauge", "kuberhealthy_check_last_success_timestamp_seconds", "When the check last ran OK, in unix seconds", ()),
+    ("gauge", "kuberhealthy_check_interval_seconds", "The check's runInterval", ()),
+    ("counter", "kuberhealthy_check_runs", "Judged runs of the check, by result (persisted)", ("result",)),
+    ("gauge", "kuberhealthy_check_paused", "1 while the check is paused (its paused-until annotation is ahead), else 0",
+     ()),
+    ("counter", "kuberhealthy_check_success", "Runs of the check that ended OK (persisted)", ()),
+    ("counter", "kuberhealthy_check_failure", "Runs of the check that failed (persisted)", ()),
+    ("gauge", "kuberhealthy_check_uptime_ratio", "OK runs over judged runs of the check in the window ending now "
+     "(0..1), from its rollups; absent for a window without a finished run", ("window",)),
+)
+
+
+def _check_values(entry: Mapping[str, object], labels: tuple[str, ...], last_ok: float | None) -> list[Values]:
+    """One check's samples of each of _CHECK_FAMILIES."""
+    ok, failed = _number(entry.get("successCount")), _number(entry.get("failureCount"))
+    return [
+        ((labels, _number(entry.get("consecutiveFailures"))),),
+        ((labels, last_ok),) if last_ok is not None else (),
+        ((labels, _number(entry.get("interval"))),),
+        (((*labels, "ok"), ok), ((*labels, "failed"), failed)),
+        ((labels, 1.0 if entry.get("paused") else 0.0),),
+        ((labels, ok),),
+        ((labels, failed),),
+        tuple(((*labels, window), ratio) for window, ratio in _uptimes(entry.get("windows"))),
+    ]
 
 
 def _uptimes(windows: object) -> Iterator[tuple[str, float]]:

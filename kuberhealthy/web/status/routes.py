@@ -25,6 +25,7 @@ from werkzeug.datastructures import MIMEAccept
 from kuberhealthy.web.answers import plain, requested_namespaces
 from kuberhealthy.web.context import context
 from kuberhealthy.web.parts import part
+from kuberhealthy.web.status.exposition import encode, format_of
 from kuberhealthy.web.status.page import StatusCache
 
 logger = logging.getLogger(__name__)
@@ -86,4 +87,4 @@ def metrics() -> Response:
         encoder, content_type = choose_encoder(accept)
     except (TypeError, ValueError):  # prometheus-client 0.26 compares an unparsed `version=x` to a tuple
         return plain(400, f"malformed Accept header {accept[:80]!r}")
-    return Response(encoder(part(CollectorRegistry)), content_type=content_type)
+    return Response(encode(part(CollectorRegistry), format_of(encoder)), content_type=content_type)
