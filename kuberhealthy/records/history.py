@@ -323,8 +323,9 @@ def _uptime(judged: Sequence[Mapping[str, Any]]) -> float | None:
     return sum(1 for e in judged if e["OK"] is True) / len(judged) if judged else None
 
 
-def stats(spec: Mapping[str, Any], now: float) -> HistoryStats:
-    kept = entries(spec)
+def stats(spec: Mapping[str, Any], now: float, kept: list[dict[str, Any]] | None = None) -> HistoryStats:
+    """The figures of a khstate's spec; `kept`: its entries() already made (with log tails or not)."""
+    kept = entries(spec) if kept is None else kept
     judged = [e for e in kept if e["outcome"] != SKIPPED and isinstance(e["OK"], bool)]
     starts = [t for t in (parse_time(e["start"]) for e in kept) if t is not None]
     covered = bool(starts) and min(starts) <= now - DAY

@@ -116,7 +116,8 @@ def view(kind: str, obj: Obj, state: Obj | None, pods: Cache, now: float, expose
     next_run = (format_time(last_unix + interval) if last_unix is not None and interval else None)
     if paused is not None:
         next_run = format_time(paused.until)
-    figures = stats(sspec, now)
+    history = entries(sspec, expose_logs)
+    figures = stats(sspec, now, history)
     out: View = {
         "namespace": str(meta.get("namespace") or ""),
         "name": str(meta.get("name") or ""),
@@ -139,7 +140,7 @@ def view(kind: str, obj: Obj, state: Obj | None, pods: Cache, now: float, expose
         "uptime24h": figures.uptime_24h,
         "node": result.node if not never else "",
         "currentRun": current_run(state, pods),
-        "history": entries(sspec, expose_logs),
+        "history": history,
         "paused": paused.view() if paused is not None else None,
     }
     if kind == JOB:
