@@ -32,6 +32,7 @@ from gunicorn.app.base import BaseApplication
 
 from kuberhealthy.base.config import Config
 from kuberhealthy.base.errors import ConfigError
+from kuberhealthy.daemon import gcsettings
 from kuberhealthy.daemon.httptls import ServerTLS
 from kuberhealthy.daemon.httpworker import PollingWorker
 from kuberhealthy.daemon.runtime import Runtime
@@ -101,6 +102,7 @@ def _post_worker_init(worker: Any) -> None:
     """
     global _runtime
     app = worker.app
+    gcsettings.settle()
     runtime = _runtime = Runtime(app.config, app.kubeconfig, app.config_path, app.flask_holder.init)
     runtime.start()
     gunicorn_exit = worker.handle_exit
