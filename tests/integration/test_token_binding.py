@@ -81,7 +81,7 @@ def reported_run(d: InProcessDaemon, kubelet: SimKubelet, namespace: str, *, not
             if record is not None and record.reported is not None and (record.exited is None or not lingering):
                 return run, record
         return None
-    got = wait_for(found, 30, what=f"a reported, lingering run of {name}")
+    got = wait_for(found, 60, what=f"a reported, lingering run of {name}")  # a loaded machine: pod up, report, caches
     assert got is not None
     return got
 
