@@ -221,25 +221,9 @@ class _Reader:
     def __init__(self, data: bytes) -> None:
         self.data, self.pos = data, 0
 
-    def byte(self) -> int:
-        if self.pos >= len(self.data):
-            raise _Nonsense("truncated")
-        self.pos += 1
-        return self.data[self.pos - 1]
-
     def varint(self, limit: int = _MAX_COUNT) -> int:
-        data, pos, n, shift = self.data, self.pos, 0, 0
-        while pos < len(data):
-            b = data[pos]
-            pos += 1
-            n |= (b & 0x7F) << shift
-            if n > limit or shift > 28:
-                raise _Nonsense("a number out of range")
-            if b < 0x80:
-                self.pos = pos
-                return n
-            shift += 7
-        raise _Nonsense("truncated")
+        n, self.pos = _long_varint(self.data, self.pos, limit)
+        return n
 
 
 _new_hour = object.__new__
