@@ -32,7 +32,7 @@ from gunicorn.app.base import BaseApplication
 
 from kuberhealthy.base.config import Config
 from kuberhealthy.base.errors import ConfigError
-from kuberhealthy.daemon import gcsettings
+from kuberhealthy.daemon import memory
 from kuberhealthy.daemon.httptls import ServerTLS
 from kuberhealthy.daemon.httpworker import PollingWorker
 from kuberhealthy.daemon.runtime import Runtime
@@ -102,7 +102,7 @@ def _post_worker_init(worker: Any) -> None:
     """
     global _runtime
     app = worker.app
-    gcsettings.settle()
+    memory.settle()
     runtime = _runtime = Runtime(app.config, app.kubeconfig, app.config_path, app.flask_holder.init)
     runtime.start()
     gunicorn_exit = worker.handle_exit
@@ -122,6 +122,10 @@ def _post_worker_init(worker: Any) -> None:
 
     signal.signal(signal.SIGTERM, handle_exit)
     signal.signal(signal.SIGINT, handle_exit)
+
+
+def _pre_fork(server: Any, worker: Any) -> None:
+    memory.freeze_before_fork()
 
 
 def _worker_exit(server: Any, worker: Any) -> None:
@@ -217,6 +221,7 @@ class KuberhealthyApplication(BaseApplication):  # type: ignore[misc]  # gunicor
             "bind": [_bind(self.config), *([_tls_bind(self.config)] if self.tls is not None else [])],
             "errorlog": "-",
             "loglevel": "warning" if self.config.log_level != "debug" else "info",
+            "pre_fork": _pre_fork,
             "post_worker_init": _post_worker_init,
             "worker_exit": _worker_exit,
             "when_ready": _when_ready,

@@ -1,6 +1,5 @@
 """listenAddress (and listenAddressTLS) → gunicorn bind, with Go's meaning of `:port`; the gunicorn settings
 the image needs; the HTTPS listener's worker class; the web benchmark serves the app as the daemon does."""
-import gc
 from pathlib import Path
 
 import pytest
@@ -8,7 +7,6 @@ import pytest
 from bench.web_bench import ours_factory
 from kuberhealthy.base.config import from_mapping
 from kuberhealthy.base.errors import ConfigError
-from kuberhealthy.daemon import gcsettings
 from kuberhealthy.daemon.httptls import ServerTLS
 from kuberhealthy.daemon.httpworker import PollingWorker
 from kuberhealthy.daemon.server import (
@@ -93,14 +91,3 @@ def test_the_web_benchmark_builds_the_apps_it_serves_and_they_answer() -> None:
     assert page.status_code == 200 and page.get_json()["CheckDetails"]["team-00/check-0000"]["OK"] is False
     api = ours_factory(5, history=3)().test_client().get("/api/checks")
     assert api.status_code == 200 and len(api.get_json()["checks"]) == 5
-
-
-def test_the_worker_freezes_what_start_up_made_and_collects_less_often() -> None:
-    before = gc.get_threshold()
-    try:
-        gcsettings.settle()
-        assert gc.get_threshold() == gcsettings.THRESHOLDS
-        assert gc.get_freeze_count() > 10_000  # the imported libraries at least
-    finally:
-        gc.unfreeze()
-        gc.set_threshold(*before)
