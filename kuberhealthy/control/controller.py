@@ -48,7 +48,8 @@ from kuberhealthy.run.runner import Runner
 
 logger = logging.getLogger(__name__)
 
-MAX_SPREAD = 30.0  # seconds: the widest window a batch of overdue checks is spread over (never over half an interval)
+MAX_SPREAD = 30.0  # seconds: the window a batch of overdue checks is spread over (never over half an interval)...
+START_RATE = 20.0  # ...unless that would start more than this many a second: then as wide as that needs (<= interval)
 MAX_GAP = 0.25  # seconds: the widest gap between two first runs of such a batch (a small batch starts at once)
 GATE_RECHECK = 5.0  # seconds between looks at a closed gate (a Lease that stops being renewed says nothing)
 SWITCH_EVENT = "switch"  # a check's marks of a move between kinds changed (records/kinds.switch_marks)
@@ -58,15 +59,25 @@ PAUSE_EVENT = "pause:"  # + a check's ident: its pause annotations changed
 
 def spread(overdue: list[CheckSpec], now: float) -> dict[str, float]:
     """First due times for checks that are overdue or never ran, started together: evenly over a window
-    of min(MAX_SPREAD, half the interval), at most MAX_GAP apart (a small batch starts at once).
+    of min(MAX_SPREAD, half the interval), at most MAX_GAP apart (a small batch starts at once). A batch
+    so large that this window would start more than START_RATE a second (over 600 checks) is spread
+    wider, at START_RATE a second, but never over one interval.
 
     Evenly, not as fast as possible: a check keeps the phase of its first run, so a batch started within
     a few seconds would come due within a few seconds every interval after, for good (a burst of pods
-    each time, a backlog where the cluster starts pods slowly)."""
+    each time, a backlog where the cluster starts pods slowly). And not faster than a cluster takes
+    them: a thousand first runs in 30 s are twice the steady rate of a thousand 1-minute checks, each
+    run several writes, and measured on the test bed they pushed the API server past its timeouts and
+    the first runs into false failures."""
     # A stable, name-independent order, so the same checks are not always the last of a batch.
     order = sorted(overdue, key=lambda sp: zlib.crc32(sp.ident.encode()))
-    return {spec.ident: now + i * min(MAX_GAP, min(MAX_SPREAD, spec.run_interval / 2) / len(order))
-            for i, spec in enumerate(order)}
+    n = len(order)
+    return {spec.ident: now + i * _gap(spec.run_interval, n) for i, spec in enumerate(order)}
+
+
+def _gap(interval: float, n: int) -> float:
+    """Seconds between two first runs of a batch of n checks, for a check of this interval."""
+    return min(MAX_GAP, interval / n, max(min(MAX_SPREAD, interval / 2) / n, 1 / START_RATE))
 
 
 class Controller(BackgroundThread):

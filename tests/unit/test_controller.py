@@ -17,7 +17,7 @@ import pytest
 
 from kuberhealthy.base.threads import Deaths
 from kuberhealthy.base.times import format_datetime, utcnow
-from kuberhealthy.control.controller import MAX_GAP, MAX_SPREAD, Controller, JobWorker, spread
+from kuberhealthy.control.controller import MAX_GAP, MAX_SPREAD, START_RATE, Controller, JobWorker, spread
 from kuberhealthy.kube import HEALTHCHECKS, KHCHECKS, KHJOBS, KHSTATES, PODS, Obj, Resource
 from kuberhealthy.needs import Part
 from kuberhealthy.records import hcstate, khstate
@@ -317,11 +317,29 @@ def test_a_batch_of_overdue_checks_is_spread_evenly_over_half_its_interval_not_s
     assert max(starts_per_second(dues, 1000.0).values()) <= 14
 
 
-def test_a_batch_never_takes_longer_than_thirty_seconds_or_half_an_interval() -> None:
-    specs = [CheckSpec.of(khcheck(f"c{i}-{every}", run_interval=every)) for i in range(1000) for every in ("10s", "1h")]
+@pytest.mark.parametrize("every,count", [("10s", 100), ("1h", 600)])
+def test_a_batch_that_fits_twenty_a_second_takes_at_most_thirty_seconds_or_half_an_interval(
+        every: str, count: int) -> None:
+    specs = [CheckSpec.of(khcheck(f"c{i}", run_interval=every)) for i in range(count)]
     dues = spread(specs, 0.0)
     for spec in specs:
         assert dues[spec.key] < min(MAX_SPREAD, spec.run_interval / 2)
+
+
+def test_a_thousand_overdue_checks_start_at_most_twenty_a_second_over_fifty_seconds_of_their_minute() -> None:
+    """30 s would be 33 first runs a second, twice the steady rate of a thousand 1-minute checks."""
+    specs = [CheckSpec.of(khcheck(f"c{i}", run_interval="1m")) for i in range(1000)]
+    dues = spread(specs, 0.0)
+    assert max(starts_per_second(dues, 0.0).values()) <= START_RATE
+    assert 49.0 < max(dues.values()) < 50.0
+
+
+def test_a_batch_too_large_for_twenty_a_second_within_an_interval_fills_the_interval_and_no_more() -> None:
+    specs = [CheckSpec.of(khcheck(f"c{i}-{every}", run_interval=every)) for i in range(2000) for every in ("10s", "1h")]
+    dues = spread(specs, 0.0)
+    for spec in specs:
+        assert dues[spec.key] < spec.run_interval
+    assert max(dues[s.key] for s in specs if s.run_interval == 10) > 9.9
 
 
 def test_a_few_overdue_checks_start_at_once() -> None:
