@@ -60,8 +60,9 @@ PAUSE_EVENT = "pause:"  # + a check's ident: its pause annotations changed
 def spread(overdue: list[CheckSpec], now: float) -> dict[str, float]:
     """First due times for checks that are overdue or never ran, started together: evenly over a window
     of min(MAX_SPREAD, half the interval), at most MAX_GAP apart (a small batch starts at once). A batch
-    so large that this window would start more than START_RATE a second (over 600 checks) is spread
-    wider, at START_RATE a second, but never over one interval.
+    so large that this window would start more than START_RATE a second (over 600 checks of a minute or
+    longer, fewer of shorter intervals) is spread wider, at START_RATE a second, but never over one
+    interval.
 
     Evenly, not as fast as possible: a check keeps the phase of its first run, so a batch started within
     a few seconds would come due within a few seconds every interval after, for good (a burst of pods
