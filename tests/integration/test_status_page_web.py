@@ -35,12 +35,13 @@ def daemon_settings() -> dict[str, Any]:
 
 
 def seeded(fail_every: int) -> dict[str, Any]:
-    """30 days of hourly runs up to now, every `fail_every`-th failed (0: none), as the state object keeps it."""
+    """30 days of hourly runs up to now (the last a second ago, so today has runs at any hour), every
+    `fail_every`-th failed (0: none), as the state object keeps it."""
     now = time.time()
     r = rollups.empty()
     for i in range(30 * 24):
         failed = fail_every and i % fail_every == fail_every - 1
-        r = rollups.record(r, now - 30 * 86400 + 60 + i * 3600, rollups.FAILED if failed else rollups.OK, 0.8,
+        r = rollups.record(r, now - 1 - (30 * 24 - 1 - i) * 3600, rollups.FAILED if failed else rollups.OK, 0.8,
                            interval=3600)
     return rollcodec.serialize(r)
 

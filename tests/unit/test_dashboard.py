@@ -283,9 +283,10 @@ DAY = 86400
 
 def month_of_runs(now: float, bad_day: int | None = None, every: int = 3600) -> dict[str, Any]:
     """30 days of runs as the run's state write leaves them (rollcodec), failing every other run on
-    `bad_day` days back (0: today)."""
+    `bad_day` days back (0: today). The last run is a second before `now`, so today has runs at any hour
+    (a month that started at `now` a month ago left today empty from midnight until its first hour)."""
     r = rollups.empty()
-    t = now - 30 * DAY + 60
+    t = now - 1 - (30 * DAY - 2 * every) // every * every
     k = 0
     while t < now:
         bad = bad_day is not None and int((now - t) // DAY) == bad_day and k % 2 == 0

@@ -12,8 +12,11 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
+from kuberhealthy.kube.mappedcache import MappedCache
+from kuberhealthy.records import hcstate, migration
 from kuberhealthy.records.khstate import FINISHED_UUID, RUN_POD, was_run
 from kuberhealthy.web.gojson import go_json_string, go_time, is_blank, valid_text
+from kuberhealthy.web.status import page as page_module
 from kuberhealthy.web.status.page import StatusCache, details_of, render, summarize
 from testbed.cluster.builders import khstate as khstate_body
 
@@ -235,7 +238,7 @@ def test_the_cache_rebuilds_only_after_a_change_and_reuses_unchanged_fragments()
     store.put(khstate("aa", "c", rv="2", OK=False, Errors=["now failing"], Namespace="aa",
                       AuthoritativePod="kh-1", uuid="u2"))
     second = cache.page("kh-0")
-    assert store.lists == 2
+    assert store.lists == 1  # a changed khstate is read by its key, not by listing them all again
     doc = json.loads(second)
     assert doc["CheckDetails"]["aa/c"]["Errors"] == ["now failing"]
     after = {d.key: d for d in cache.summary().checks}
@@ -300,3 +303,84 @@ def test_a_khstate_knows_its_last_finished_run_and_the_runs_in_its_history_as_ru
     assert not was_run(body, "never") and not was_run(body, "") and not was_run(None, "last")
     body["spec"]["history"] = "nonsense"
     assert was_run(body, "last") and not was_run(body, "older")
+
+
+def test_after_one_khstate_changed_only_its_entry_is_made_again(monkeypatch: Any) -> None:
+    store = FakeStore([khstate("ns", f"c{i:02d}", OK=True, Errors=[], Namespace="ns", AuthoritativePod="kh-0")
+                       for i in range(50)])
+    cache = StatusCache(store).attach()
+    cache.page("kh-0")
+    made: list[str] = []
+    real = page_module.details_of
+    monkeypatch.setattr(page_module, "details_of", lambda obj, *a, **k: made.append(obj["metadata"]["name"])
+                        or real(obj, *a, **k))
+    store.put(khstate("ns", "c07", rv="2", OK=False, Errors=["down"], Namespace="ns", AuthoritativePod="kh-0"))
+    doc = json.loads(cache.page("kh-0"))
+    assert made == ["c07"] and doc["OK"] is False and doc["Errors"] == ["down"]
+    assert list(doc["CheckDetails"]) == sorted(doc["CheckDetails"])  # still in key order
+
+
+def test_a_new_khstate_takes_its_place_in_key_order_and_a_khjob_moves_it_without_a_new_list() -> None:
+    store = FakeStore([khstate("b", "x", OK=True, Errors=[], Namespace="b", AuthoritativePod="p")])
+    jobs = FakeStore()
+    cache = StatusCache(store, jobs).attach()
+    cache.page("")
+    store.put(khstate("a", "y", OK=True, Errors=[], Namespace="a", AuthoritativePod="p"))
+    store.put(khstate("c", "z", OK=True, Errors=[], Namespace="c", AuthoritativePod="p"))
+    assert list(json.loads(cache.page(""))["CheckDetails"]) == ["a/y", "b/x", "c/z"]
+    jobs.put({"metadata": {"namespace": "c", "name": "z", "resourceVersion": "5"}, "spec": {}})
+    doc = json.loads(cache.page(""))
+    assert list(doc["CheckDetails"]) == ["a/y", "b/x"] and list(doc["JobDetails"]) == ["c/z"]
+
+
+_CHANGE = st.tuples(st.sampled_from(["put", "delete", "job", "unjob"]), st.integers(0, 5), st.booleans())
+
+
+@given(st.lists(_CHANGE, max_size=25))
+def test_a_page_kept_up_to_date_change_by_change_equals_one_built_from_scratch(changes: list[Any]) -> None:
+    states = FakeStore([khstate("n", f"s{i}", OK=True, Errors=[], Namespace="n", AuthoritativePod="p")
+                        for i in range(0, 6, 2)])
+    jobs = FakeStore()
+    kept = StatusCache(states, jobs).attach()
+    for n, (what, i, ok) in enumerate(changes):
+        name = f"s{i}"
+        if what == "put":
+            states.put(khstate("n", name, rv=str(n + 2), OK=ok, Errors=[] if ok else [f"e{n}"], Namespace="n",
+                               AuthoritativePod="p" if n % 3 else ""))
+        elif what == "delete" and f"n/{name}" in states.objs:
+            states.delete("n", name)
+        elif what == "job":
+            jobs.put({"metadata": {"namespace": "n", "name": name, "resourceVersion": str(n + 2)}, "spec": {}})
+        elif what == "unjob" and f"n/{name}" in jobs.objs:
+            jobs.delete("n", name)
+        if n % 2:
+            kept.page("m")
+    assert kept.page("m") == StatusCache(states, jobs).attach().page("m")
+
+
+def _hc(name: str, rv: str, ok: bool = True, annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    return {"metadata": {"namespace": "n", "name": name, "resourceVersion": rv, "uid": f"uid-{name}",
+                         "annotations": annotations or {}},
+            "spec": {"runInterval": "1m"},
+            "status": {"ok": ok, "errors": [] if ok else ["hc down"], "runDuration": 1_000_000_000,
+                       "namespace": "n", "lastRunUnix": 1_796_300_000,
+                       "runBinding": {"uuid": "u", "authoritativePod": "p", "finishedUUID": "u"}}}
+
+
+def test_a_healthchecks_status_write_remakes_its_entry_alone_and_a_migration_mark_hides_the_khstate(
+        monkeypatch: Any) -> None:
+    states = FakeStore([khstate("n", "old", OK=True, Errors=[], Namespace="n", AuthoritativePod="p")])
+    khchecks = FakeStore([{"metadata": {"namespace": "n", "name": "old", "uid": "uid-old", "resourceVersion": "1",
+                                        "annotations": {migration.MIGRATED_TO: "new"}}, "spec": {}}])
+    hcs = FakeStore([_hc("new", "1"), _hc("other", "1")])
+    cache = StatusCache(states, None, khchecks, healthchecks=hcs, hc_states=MappedCache(hcs, hcstate.view)).attach()
+    assert list(json.loads(cache.page(""))["CheckDetails"]) == ["n/new", "n/old", "n/other"]
+    made: list[str] = []
+    real = page_module.details_of
+    monkeypatch.setattr(page_module, "details_of", lambda obj, *a, **k: made.append(obj["metadata"]["name"])
+                        or real(obj, *a, **k))
+    hcs.put(_hc("other", "2", ok=False))
+    doc = json.loads(cache.page(""))
+    assert made == ["other"] and doc["Errors"] == ["hc down"]
+    hcs.put(_hc("new", "3", annotations={migration.MIGRATED_FROM: "uid-old"}))  # now the khcheck's pair
+    assert list(json.loads(cache.page(""))["CheckDetails"]) == ["n/new", "n/other"]

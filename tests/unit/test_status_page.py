@@ -47,10 +47,11 @@ def labelled(obj: Obj, group: str | None) -> Obj:
 
 
 def seeded(fail_every: int = 0, days: int = 30, now: float | None = None) -> dict[str, Any]:
-    """A rollup of hourly runs over `days` days up to `now`: every `fail_every`-th run failed (0: none)."""
+    """A rollup of hourly runs over `days` days up to `now` (the last a second before it, so today has runs
+    at any hour): every `fail_every`-th run failed (0: none)."""
     now = time.time() if now is None else now
     r = rollups.empty()
-    start = now - days * DAY + 60
+    start = now - 1 - (int(days * 24) - 1) * 3600
     for i in range(int(days * 24)):
         failed = fail_every and i % fail_every == fail_every - 1
         r = rollups.record(r, start + i * 3600, rollups.FAILED if failed else rollups.OK, 1.5,

@@ -177,6 +177,19 @@ class Store(Protocol):
     def add_listener(self, fn: Callable[[str, Obj, Obj | None], None]) -> None: ...
 
 
+def _key(obj: Obj) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+def _same_but_status(obj: Obj, prev: Obj) -> bool:
+    """Whether two versions of an object differ at most in their status (and resourceVersion)."""
+    meta, old = obj.get("metadata") or {}, prev.get("metadata") or {}
+    return (obj.get("spec") == prev.get("spec") and meta.get("annotations") == old.get("annotations")
+            and meta.get("labels") == old.get("labels") and meta.get("uid") == old.get("uid")
+            and meta.get("deletionTimestamp") == old.get("deletionTimestamp"))
+
+
 def _is_job(obj: Obj, khjobs: Store | None) -> bool:
     spec = obj.get("spec")
     if isinstance(spec, dict) and spec.get("khWorkload") == WORKLOAD_JOB:
@@ -229,23 +242,46 @@ class StatusCache:
         self._built: tuple[int, StatusSummary, tuple[Details, ...]] = (-1, EMPTY, ())
         self._head: tuple[int, str] = (-1, "")
         self._page: tuple[int, str, bytes] = (-1, "", b"")
-        # (kind tag, key) -> (resourceVersion, is_job, details); "s": a khstate, "h": a HealthCheck's state
-        self._memo: dict[tuple[str, str], tuple[str, bool, Details]] = {}
+        # What changed since the last build (guarded by _lock): states by identity, ("s", "<ns>/<name>") a
+        # khstate and ("h", "<ns>/<name>") a HealthCheck; everything (a khcheck, khjob or a HealthCheck's
+        # metadata or spec changed: whether and where each state is shown may have changed too); pauses.
+        self._dirty: set[tuple[str, str]] = set()
+        self._all_dirty = True
+        self._checks_changed = True
+        # Build side (guarded by _build_lock): identity -> (resourceVersion, is_job, shown key, details), and
+        # the identities in their details' key order
+        self._memo: dict[tuple[str, str], tuple[str, bool, str, Details]] = {}
+        self._order: list[tuple[str, str]] = []
 
     def attach(self) -> StatusCache:
         """Listen to the caches; call once."""
-        self._khstates.add_listener(self._changed)
-        if self._khjobs is not None:
-            self._khjobs.add_listener(self._changed)
-        if self._khchecks is not None:
-            self._khchecks.add_listener(self._changed)
+        self._khstates.add_listener(self._state_changed)
+        for cache in (self._khjobs, self._khchecks):
+            if cache is not None:
+                cache.add_listener(self._everything_changed)
         if self._healthchecks is not None:
-            self._healthchecks.add_listener(self._changed)
+            self._healthchecks.add_listener(self._healthcheck_changed)
         return self
 
-    def _changed(self, _etype: str, _obj: Obj, _prev: Obj | None) -> None:
+    def _state_changed(self, _etype: str, obj: Obj, _prev: Obj | None) -> None:
         with self._lock:
+            self._dirty.add(("s", _key(obj)))
             self._generation += 1
+
+    def _everything_changed(self, _etype: str, _obj: Obj, _prev: Obj | None) -> None:
+        with self._lock:
+            self._all_dirty = self._checks_changed = True
+            self._generation += 1
+
+    def _healthcheck_changed(self, etype: str, obj: Obj, prev: Obj | None) -> None:
+        """A write of a HealthCheck's status (each run's) changes its own entry; anything else may change
+        what the other entries show (migration marks, pauses, singleRunOnly, which keys exist)."""
+        if etype == "MODIFIED" and prev is not None and _same_but_status(obj, prev):
+            with self._lock:
+                self._dirty.add(("h", _key(obj)))
+                self._generation += 1
+        else:
+            self._everything_changed(etype, obj, prev)
 
     def _current(self) -> tuple[int, StatusSummary, tuple[Details, ...]]:
         built = self._built
@@ -253,51 +289,78 @@ class StatusCache:
             return built
         with self._build_lock:
             with self._lock:
-                if self._wall() >= self._paused[1]:  # a pause ended: the summary counts that check again
+                pause_ended = self._wall() >= self._paused[1]
+                if pause_ended:  # a pause ended: the summary counts that check again
                     self._generation += 1
                 generation = self._generation
+                all_dirty, dirty, checks_changed = self._all_dirty, self._dirty, self._checks_changed
+                self._all_dirty, self._dirty, self._checks_changed = False, set(), False
             built = self._built
             if built[0] == generation:
                 return built
-            entries = self._entries()
-            paused = paused_checks(self._khchecks, self._wall(), self._healthchecks, self._shown)
+            entries = self._entries(all_dirty, dirty)
+            paused = self._paused
+            if checks_changed or pause_ended:
+                paused = paused_checks(self._khchecks, self._wall(), self._healthchecks, self._shown)
             built = (generation, summarize(entries, paused=paused[0]), entries)
             with self._lock:
                 self._built, self._paused = built, paused
             return built
 
-    def _entries(self) -> tuple[Details, ...]:
-        """Every shown state in key order, reusing the rendered fragment of unchanged objects."""
-        memo: dict[tuple[str, str], tuple[str, bool, Details]] = {}
-        for obj in self._khstates.list():
-            meta = obj.get("metadata") or {}
-            ns, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
-            if self._shown.khstate_hidden(ns, name):
-                continue
-            key = ("s", f"{ns}/{name}")
-            rv = str(meta.get("resourceVersion") or "")
-            job = _is_job(obj, self._khjobs)
-            old = self._memo.get(key)
-            if old is not None and rv and old[0] == rv and old[1] == job:
-                memo[key] = old
-            else:
-                memo[key] = (rv, job, details_of(obj, job))
-        for hc in self._healthchecks.list() if self._healthchecks is not None else ():
-            meta = hc.get("metadata") or {}
-            state = self._hc_states.get(str(meta.get("namespace", "")), str(meta.get("name", ""))) \
-                if self._hc_states is not None else None
-            if state is None:
-                continue
-            key = ("h", self._shown.healthcheck_key(hc))
-            rv = str(meta.get("resourceVersion") or "")
-            job = single_run_only(hc)
-            old = self._memo.get(key)
-            if old is not None and rv and old[0] == rv and old[1] == job:
-                memo[key] = old
-            else:
-                memo[key] = (rv, job, details_of(state, job, key[1], healthcheck=True))
+    def _entries(self, all_dirty: bool, dirty: set[tuple[str, str]]) -> tuple[Details, ...]:
+        """Every shown state in key order: the changed ones made again (all of them after `all_dirty`),
+        each reusing its rendered fragment while its object's version and place are the same."""
+        memo = self._memo
+        reorder = all_dirty
+        if all_dirty:
+            old, memo = memo, {}
+            for obj in self._khstates.list():
+                self._put(memo, old, ("s", _key(obj)), obj)
+            for hc in self._healthchecks.list() if self._healthchecks is not None else ():
+                self._put(memo, old, ("h", _key(hc)), hc)
+        else:
+            for ident in dirty:
+                namespace, _, name = ident[1].partition("/")
+                cache = self._khstates if ident[0] == "s" else self._healthchecks
+                found = cache.get(namespace, name) if cache is not None else None
+                before = memo.get(ident)
+                after = self._put(memo, memo, ident, found) if found is not None else None
+                if after is None:
+                    memo.pop(ident, None)
+                if (before is None) != (after is None) or (before and after and before[2] != after[2]):
+                    reorder = True
         self._memo = memo
-        return tuple(d for _, _, d in sorted(memo.values(), key=lambda m: m[2].key))
+        if reorder:
+            self._order = sorted(memo, key=lambda ident: memo[ident][3].key)
+        return tuple(memo[ident][3] for ident in self._order)
+
+    def _put(self, memo: dict[tuple[str, str], tuple[str, bool, str, Details]],
+             old: dict[tuple[str, str], tuple[str, bool, str, Details]], ident: tuple[str, str],
+             obj: Obj) -> tuple[str, bool, str, Details] | None:
+        """Enter the state of `obj` (a khstate, or a HealthCheck) under `ident`, unless it is not shown."""
+        meta = obj.get("metadata") or {}
+        rv = str(meta.get("resourceVersion") or "")
+        if ident[0] == "s":
+            namespace, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
+            if self._shown.khstate_hidden(namespace, name):
+                return None
+            state = obj
+            job, shown = _is_job(obj, self._khjobs), f"{namespace}/{name}"
+        else:
+            found = self._hc_states.get(str(meta.get("namespace", "")), str(meta.get("name", ""))) \
+                if self._hc_states is not None else None
+            if found is None:
+                return None
+            state, job, shown = found, single_run_only(obj), self._shown.healthcheck_key(obj)
+        held = old.get(ident)
+        if held is not None and rv and held[0] == rv and held[1] == job and held[2] == shown:
+            entry = held
+        elif ident[0] == "s":
+            entry = (rv, job, shown, details_of(state, job))
+        else:
+            entry = (rv, job, shown, details_of(state, job, shown, healthcheck=True))
+        memo[ident] = entry
+        return entry
 
     def summary(self) -> StatusSummary:
         """The unfiltered summary (what `/` without a filter and /metrics show)."""
