@@ -32,7 +32,7 @@ from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from kuberhealthy.kube import Obj
+from kuberhealthy.kube import Obj, key_of
 from kuberhealthy.records import pause
 from kuberhealthy.records.khstate import WORKLOAD_JOB, RunClaim, finished_uuid
 from kuberhealthy.web.gojson import go_json_string, go_time, is_blank, valid_text
@@ -177,11 +177,6 @@ class Store(Protocol):
     def add_listener(self, fn: Callable[[str, Obj, Obj | None], None]) -> None: ...
 
 
-def _key(obj: Obj) -> str:
-    meta = obj.get("metadata") or {}
-    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-
-
 def _same_but_status(obj: Obj, prev: Obj) -> bool:
     """Whether two versions of an object differ at most in their status (and resourceVersion)."""
     meta, old = obj.get("metadata") or {}, prev.get("metadata") or {}
@@ -265,7 +260,7 @@ class StatusCache:
 
     def _state_changed(self, _etype: str, obj: Obj, _prev: Obj | None) -> None:
         with self._lock:
-            self._dirty.add(("s", _key(obj)))
+            self._dirty.add(("s", key_of(obj)))
             self._generation += 1
 
     def _everything_changed(self, _etype: str, _obj: Obj, _prev: Obj | None) -> None:
@@ -278,7 +273,7 @@ class StatusCache:
         what the other entries show (migration marks, pauses, singleRunOnly, which keys exist)."""
         if etype == "MODIFIED" and prev is not None and _same_but_status(obj, prev):
             with self._lock:
-                self._dirty.add(("h", _key(obj)))
+                self._dirty.add(("h", key_of(obj)))
                 self._generation += 1
         else:
             self._everything_changed(etype, obj, prev)
@@ -315,9 +310,9 @@ class StatusCache:
         if all_dirty:
             old, memo = memo, {}
             for obj in self._khstates.list():
-                self._put(memo, old, ("s", _key(obj)), obj)
+                self._put(memo, old, ("s", key_of(obj)), obj)
             for hc in self._healthchecks.list() if self._healthchecks is not None else ():
-                self._put(memo, old, ("h", _key(hc)), hc)
+                self._put(memo, old, ("h", key_of(hc)), hc)
         else:
             for ident in dirty:
                 namespace, _, name = ident[1].partition("/")
