@@ -403,7 +403,10 @@ def measure(args: argparse.Namespace, outdir: Path) -> dict[str, Any]:
                       "daemon_warmup": round(cpu_daemon_warmup / max(1e-9, w0 - t_daemon), 3),
                       "daemon_millicores_per_check": round(cores["daemon"] * 1000 / n, 3),
                       "daemon_ms_per_run": (round(max(0.0, cpu1["daemon"] - cpu0["daemon"]) * 1000 / runs, 2)
-                                            if runs else None)}
+                                            if runs else None),
+                      # the simulated kubelet's work per run is the same whatever the daemon: its CPU is a
+                      # yardstick of the machine's speed in this window (bench.versus normalises by it)
+                      "sim_seconds": round(max(0.0, cpu1["sim"] - cpu0["sim"]), 3)}
         row["mem"] = {"peak_pss_mb": round(sampler.peak_pss_kb / MB, 1),
                       "peak_rss_mb": round(sampler.peak_rss_kb / MB, 1),
                       "peak_threads": sampler.peak_threads, "peak_processes": sampler.peak_processes,

@@ -30,7 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,6 +61,7 @@ class Figures:
     false_failures: int
     refused: int
     khstate_kb: float | None = None  # the mean khstate at the end, compact JSON
+    per_kubelet: float | None = None  # daemon CPU over the simulated kubelet's in the window (see ratio())
 
 
 @dataclass(frozen=True)
@@ -91,7 +92,13 @@ def figures(row: dict[str, Any]) -> Figures | None:
                    api_per_run=row["api"]["per_run"], peak_pss_mb=row["mem"]["peak_pss_mb"],
                    root_p99_s=row["status_page"]["p99"], false_failures=int(row["false_failures"]["results"]),
                    refused=int(row["sim"].get("refused_total") or 0),
-                   khstate_kb=(row["khstate_bytes"]["mean"] / 1024) if row.get("khstate_bytes") else None)
+                   khstate_kb=(row["khstate_bytes"]["mean"] / 1024) if row.get("khstate_bytes") else None,
+                   per_kubelet=_per_kubelet(seconds, cpu, row["window_s"]))
+
+
+def _per_kubelet(daemon_seconds: float, cpu: dict[str, Any], window_s: float) -> float | None:
+    sim = cpu.get("sim_seconds", cpu.get("sim", 0.0) * window_s)
+    return daemon_seconds / sim if sim else None
 
 
 def ratio(new: Figures | None, old: Figures | None) -> float | None:
@@ -101,19 +108,34 @@ def ratio(new: Figures | None, old: Figures | None) -> float | None:
     return new.cpu_per_run_ms / old.cpu_per_run_ms
 
 
+def kubelet_ratio(new: Figures | None, old: Figures | None) -> float | None:
+    """new over old of the daemon's CPU per unit of the simulated kubelet's CPU in the same window.
+
+    The simulated kubelet does the same work per run whichever daemon runs (it binds, starts, reports for and
+    ends each checker pod), so its CPU measures how fast the machine was in that window: on a shared host
+    the same code's CPU per run moves by half between windows (steal, other guests), and the kubelet's moves
+    with it. Runs cancel out: this is the CPU-per-run ratio with each side divided by its machine's speed."""
+    if new is None or old is None or new.per_kubelet is None or not old.per_kubelet:
+        return None
+    return new.per_kubelet / old.per_kubelet
+
+
 def middle(values: Sequence[float | None]) -> float | None:
     """The median of the values that are there; None when none is."""
     present = [v for v in values if v is not None]
     return statistics.median(present) if present else None
 
 
-def round_ratios(measured: Sequence[Measured], n: int) -> list[tuple[int, float | None]]:
-    """(round, new/old) for every round of size n, in round order."""
+Ratio = Callable[[Figures | None, Figures | None], float | None]
+
+
+def round_ratios(measured: Sequence[Measured], n: int, by: Ratio = ratio) -> list[tuple[int, float | None]]:
+    """(round, new/old) for every round of size n, in round order (`by`: ratio or kubelet_ratio)."""
     by_round: dict[int, dict[str, Figures | None]] = {}
     for m in measured:
         if m.n == n:
             by_round.setdefault(m.round, {})[m.side] = figures(m.row)
-    return [(r, ratio(sides.get(NEW), sides.get(OLD))) for r, sides in sorted(by_round.items())]
+    return [(r, by(sides.get(NEW), sides.get(OLD))) for r, sides in sorted(by_round.items())]
 
 
 def _num(v: float | None, fmt: str, unit: str = "") -> str:
@@ -124,16 +146,17 @@ def _ratio_txt(v: float | None) -> str:
     return "-" if v is None else f"{v:.2f}x"
 
 
-TABLE_HEADER = ("| measurement | runs | daemon CPU (cores) | CPU per run | new/old | API req per run | peak PSS "
-                "| `/` p99 | false failures | khstate (mean) |")
+TABLE_HEADER = ("| measurement | runs | daemon CPU (cores) | CPU per run | new/old | daemon ÷ kubelet CPU "
+                "| API req per run | peak PSS | `/` p99 | false failures | khstate (mean) |")
 
 
 def _line(label: str, f: Figures | None, r: float | None, error: str = "") -> str:
     if f is None:
-        return f"| {label} | not measured: {error} | | | | | | | | |"
+        return f"| {label} | not measured: {error} | | | | | | | | | |"
     ff = f"{f.false_failures}" + (f" (+{f.refused} refused)" if f.refused else "")
     return (f"| {label} | {f.runs:,} | {f.cores:.3f} | {_num(f.cpu_per_run_ms, '.1f', ' ms')} | {_ratio_txt(r)} "
-            f"| {_num(f.api_per_run, '.2f')} | {f.peak_pss_mb:.0f} MB | {fmt_s(f.root_p99_s)} | {ff} "
+            f"| {_num(f.per_kubelet, '.2f')} | {_num(f.api_per_run, '.2f')} | {f.peak_pss_mb:.0f} MB "
+            f"| {fmt_s(f.root_p99_s)} | {ff} "
             f"| {_num(f.khstate_kb, '.1f', ' KiB')} |")
 
 
@@ -147,14 +170,15 @@ def _median_figures(fs: Sequence[Figures]) -> Figures | None:
                    root_p99_s=middle([f.root_p99_s for f in fs]),
                    false_failures=round(statistics.median(f.false_failures for f in fs)),
                    refused=round(statistics.median(f.refused for f in fs)),
-                   khstate_kb=middle([f.khstate_kb for f in fs]))
+                   khstate_kb=middle([f.khstate_kb for f in fs]),
+                   per_kubelet=middle([f.per_kubelet for f in fs]))
 
 
 def size_table(measured: Sequence[Measured], n: int, labels: dict[str, str]) -> list[str]:
     """The Markdown table of one size: each measurement in round order, the medians of each side, and the
     overall ratio (the median of the rounds' ratios) with its target."""
     ratios = dict(round_ratios(measured, n))
-    lines = [f"{n:,} checks", "", TABLE_HEADER, "|" + "---|" * 10]
+    lines = [f"{n:,} checks", "", TABLE_HEADER, "|" + "---|" * 11]
     for m in sorted((m for m in measured if m.n == n), key=lambda m: (m.round, m.side != OLD)):
         lines.append(_line(f"round {m.round} {m.side} ({labels[m.side]})", figures(m.row),
                            ratios.get(m.round) if m.side == NEW else None, str(m.row.get("error", ""))))
@@ -165,6 +189,10 @@ def size_table(measured: Sequence[Measured], n: int, labels: dict[str, str]) -> 
                            "no round"))
     lines += ["", f"{n:,} checks: CPU per run new/old {_ratio_txt(overall)} (median of rounds: "
               + (", ".join(_ratio_txt(r) for r in ratios.values()) or "none") + f"); target <= {TARGET_RATIO}x"]
+    steady = round_ratios(measured, n, kubelet_ratio)
+    lines.append(f"{n:,} checks: normalised by the simulated kubelet's CPU in each window "
+                 f"{_ratio_txt(middle([r for _, r in steady]))} (rounds: "
+                 + (", ".join(_ratio_txt(r) for _, r in steady) or "none") + ")")
     return lines
 
 

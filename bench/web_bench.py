@@ -223,8 +223,9 @@ def worker_pids(arbiter: int) -> list[int]:
 
 
 def start_server(args: list[str], port: int, ready_path: str = "/healthz",
-                 limit: float = 60) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen([sys.executable, "-m", "bench.web_bench", "--serve", *args, "--port", str(port)])
+                 limit: float = 60, module: str = "bench.web_bench") -> subprocess.Popen[bytes]:
+    """`python -m <module> --serve ARGS --port PORT`, once it answers `ready_path`."""
+    proc = subprocess.Popen([sys.executable, "-m", module, "--serve", *args, "--port", str(port)])
     deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
         try:

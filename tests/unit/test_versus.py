@@ -6,15 +6,28 @@ from typing import Any
 
 import pytest
 
-from bench.versus import NEW, OLD, Measured, figures, middle, provenance, ratio, round_ratios, schedule, size_table
+from bench.versus import (
+    NEW,
+    OLD,
+    Measured,
+    figures,
+    kubelet_ratio,
+    middle,
+    provenance,
+    ratio,
+    round_ratios,
+    schedule,
+    size_table,
+)
 from testbed.daemons.process import FROM_SOURCE, IMPORTED_FROM, imported_from
 
 LABELS = {OLD: "abc1234", NEW: "working tree"}
 
 
-def row(n: int, runs: int, daemon_seconds: float, window_s: float = 100.0) -> dict[str, Any]:
+def row(n: int, runs: int, daemon_seconds: float, window_s: float = 100.0, sim_seconds: float = 5.0) -> dict[str, Any]:
     return {"n": n, "runs": runs, "window_s": window_s,
-            "cpu": {"daemon": round(daemon_seconds / window_s, 3), "daemon_seconds": daemon_seconds},
+            "cpu": {"daemon": round(daemon_seconds / window_s, 3), "daemon_seconds": daemon_seconds,
+                    "sim": round(sim_seconds / window_s, 3), "sim_seconds": sim_seconds},
             "api": {"per_run": 4.0}, "mem": {"peak_pss_mb": 100.0}, "status_page": {"p99": 0.02},
             "false_failures": {"results": 0}, "sim": {"refused_total": 0}}
 
@@ -51,9 +64,9 @@ def test_the_overall_ratio_is_the_median_of_the_rounds_ratios() -> None:
     assert round_ratios(measured, 250) == [(1, pytest.approx(0.5)), (2, pytest.approx(0.7)), (3, None)]
     assert middle([r for _, r in round_ratios(measured, 250)]) == pytest.approx(0.6)
     table = "\n".join(size_table(measured, 250, LABELS))
-    assert "| round 1 new (working tree) | 500 | 0.050 | 10.0 ms | 0.50x |" in table
+    assert "| round 1 new (working tree) | 500 | 0.050 | 10.0 ms | 0.50x | 1.00 |" in table
     assert "| round 3 new (working tree) | not measured: boom |" in table
-    assert "| median new (2 measured) | 500 | 0.060 | 12.0 ms | 0.60x |" in table
+    assert "| median new (2 measured) | 500 | 0.060 | 12.0 ms | 0.60x | 1.20 |" in table
     assert "CPU per run new/old 0.60x (median of rounds: 0.50x, 0.70x, -); target <= 0.6x" in table
 
 
@@ -73,3 +86,22 @@ def test_the_old_daemon_counts_only_when_its_log_shows_it_imported_the_old_sourc
     log.write_text("2024 INFO kuberhealthy.cli: starting\n")
     assert "does not say" in str(provenance({"daemon_log": {"path": str(log)}}, source))
     assert IMPORTED_FROM.strip() in FROM_SOURCE
+
+
+def test_the_kubelet_normalised_ratio_cancels_a_machine_that_ran_slower_in_one_window() -> None:
+    # the same code measured twice: in the second window everything took 1.5x the CPU, the kubelet's too
+    old, new = figures(row(250, 500, 10.0, sim_seconds=5.0)), figures(row(250, 500, 15.0, sim_seconds=7.5))
+    assert ratio(new, old) == pytest.approx(1.5)
+    assert kubelet_ratio(new, old) == pytest.approx(1.0)
+    assert kubelet_ratio(new, figures(row(250, 500, 10.0, sim_seconds=0.0))) is None
+    measured = [Measured(1, 250, OLD, row(250, 500, 10.0, sim_seconds=5.0)),
+                Measured(1, 250, NEW, row(250, 500, 12.0, sim_seconds=7.5))]
+    table = "\n".join(size_table(measured, 250, LABELS))
+    assert "normalised by the simulated kubelet's CPU in each window 0.80x (rounds: 0.80x)" in table
+
+
+def test_a_row_from_before_the_kubelet_seconds_were_kept_uses_its_cores() -> None:
+    r = row(250, 500, 10.0, sim_seconds=5.0)
+    del r["cpu"]["sim_seconds"]
+    f = figures(r)
+    assert f is not None and f.per_kubelet == pytest.approx(2.0)
