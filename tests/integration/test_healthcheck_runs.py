@@ -106,7 +106,11 @@ def test_a_healthcheck_runs_under_v3_s_own_crd_which_prunes_our_fields_and_says_
     res.create(HEALTHCHECKS, namespace, healthcheck("pruned"))
     status = wait_for(ran(res, namespace, "pruned"), timeout=60, what="the run under v3's CRD")
     assert status["ok"] is True and "runBinding" not in status and "history" not in status
-    annotations = res.get(HEALTHCHECKS, namespace, "pruned")["metadata"]["annotations"]
+    # the binding's annotations are a second write, after the status's: wait for it, not for the status alone
+    def bound() -> dict[str, str] | None:
+        annotations = res.get(HEALTHCHECKS, namespace, "pruned")["metadata"].get("annotations") or {}
+        return annotations if khstate.FINISHED_UUID in annotations else None
+    annotations = wait_for(bound, what="the run binding in the HealthCheck's annotations")
     assert annotations[hcstate.RUN_UUID_ANNOTATION] == annotations[khstate.FINISHED_UUID]
     wait_for(lambda: [e for e in events(res, namespace, "HealthCheck", "pruned") if e["reason"] == "StateNotKept"],
              what="the StateNotKept Event")
