@@ -73,12 +73,19 @@ def sim_figures(stats: dict[str, Any] | None, pods: PodLog, w0: float, w1: float
     watch_delay = [r["seen"] - harness_seen[r["uid"]] for r in inside if r.get("uid") in harness_seen]
 
     def refused(rs: list[dict[str, Any]]) -> Counter[str]:
+        """Final answers other than 2xx. A report the simulator cut itself because its pod ended first
+        (outcome "cancelled": the daemon stopped its run, or the bench stopped the daemon) is not one:
+        its last error is the simulator's own shutdown of the socket."""
         c: Counter[str] = Counter()
         for r in rs:
             rep = r.get("report")
-            if rep is not None and not (rep.get("status") is not None and 200 <= rep["status"] <= 299):
+            if rep is None or rep.get("outcome") == "cancelled":
+                continue
+            if not (rep.get("status") is not None and 200 <= rep["status"] <= 299):
                 c[str(rep.get("status") or f"no answer: {rep.get('error')}")[:80]] += 1
         return c
+    cut = sum(1 for r in rows if (r.get("report") or {}).get("outcome") == "cancelled")
+    retried_5xx = sum(1 for r in rows for s in (r.get("report") or {}).get("statuses") or [] if 500 <= s <= 599)
 
     def of_class(c: Counter[str], first: str) -> int:
         return sum(v for k, v in c.items() if k[:1] == first and k[:3].isdigit())
@@ -90,6 +97,7 @@ def sim_figures(stats: dict[str, Any] | None, pods: PodLog, w0: float, w1: float
             "watch_delay_vs_harness": summary(watch_delay),
             "refused_total": of_class(refused_all, "4"), "refused_in_window": of_class(refused_window, "4"),
             "answered_5xx": of_class(refused_all, "5"), "unanswered": unanswered,
+            "cut_by_pod_end": cut, "retried_after_5xx": retried_5xx,
             "refused_examples": [f"{r['key']}: {r['report']['status']} {r['report']['response_body'][:160]}"
                                  for r in rows if r.get("report") and str(r["report"].get("status"))[:1] == "4"][:3],
             "refused_statuses": dict(refused_all), "simulator_errors": sum(len(r.get("errors") or []) for r in rows),
@@ -129,7 +137,9 @@ def targets(row: dict[str, Any]) -> list[tuple[str, bool, str, str]]:
     return [
         ("false failures", ff["results"] == 0 and refused == 0,
          f"{ff['results']} failed results on {ff['checks']} checks, {refused} reports refused (4xx); "
-         f"{sim.get('answered_5xx', 0)} answered 5xx, {sim.get('unanswered', 0)} unanswered", "0"),
+         f"{sim.get('answered_5xx', 0)} answered 5xx, {sim.get('unanswered', 0)} unanswered; "
+         f"{sim.get('retried_after_5xx', 0)} attempts answered 5xx and retried, "
+         f"{sim.get('cut_by_pod_end', 0)} cut by their pod's end", "0"),
         ("schedule lag p99", lag_p99 is not None and lag_p99 < 1.0, fmt_s(lag_p99), "< 1 s"),
         ("daemon CPU", row["cpu"]["daemon"] < 0.4, f"{row['cpu']['daemon']:.2f} core", "< 0.4 core"),
         ("peak PSS", row["mem"]["peak_pss_mb"] < 250, f"{row['mem']['peak_pss_mb']:.0f} MB", "< 250 MB"),

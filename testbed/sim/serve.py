@@ -44,7 +44,7 @@ import urllib3
 
 from testbed.sim.kubelet import SimKubelet
 from testbed.sim.rawapi import DEFAULT_POOL_SIZE
-from testbed.sim.records import PodRecord
+from testbed.sim.records import Outcome, PodRecord
 from testbed.sim.timings import FAST, Timings
 from testbed.stats import summary
 
@@ -90,7 +90,10 @@ def summarise(records: list[PodRecord]) -> dict[str, Any]:
             if g is not None:
                 gaps[name].append(g)
         if rec.report is not None:
-            statuses[str(rec.report.status) if rec.report.status is not None else "no answer"] += 1
+            if rec.report.status is not None:
+                statuses[str(rec.report.status)] += 1
+            else:  # a cancelled attempt's error is the simulator's own cut of its socket, not the server's
+                statuses["cut (pod ended)" if rec.report.outcome is Outcome.CANCELLED else "no answer"] += 1
             outcomes[rec.report.outcome.value if rec.report.outcome is not None else "under way"] += 1
             retried_reports += rec.report.attempts > 1
         errors += len(rec.errors)

@@ -24,7 +24,7 @@ from bench.scaleprobe import (
     healthcheck_version,
     owner_counter,
 )
-from bench.scalereport import false_failures
+from bench.scalereport import false_failures, sim_figures
 from testbed.clients.rawhttp import REPORT_PATH
 from testbed.cluster.apiserver import AUDIT_POLICY
 from testbed.faults.observe import Failure
@@ -207,3 +207,20 @@ def test_by_default_the_attacks_genuine_checks_are_khchecks() -> None:
     assert target.check_body("a")["kind"] == "KuberhealthyCheck" and target.label("flood") == "flood"
     with pytest.raises(ValueError):
         target.choose_kind("khjob")
+
+
+def test_a_report_cut_by_its_pods_end_is_not_counted_unanswered_and_a_5xx_that_was_retried_is_counted_apart() -> None:
+    def pod(n: int, outcome: str, statuses: list[int], error: str | None = None) -> dict[str, Any]:
+        status = statuses[-1] if statuses else None
+        return {"key": f"ns/p{n}", "uid": f"u{n}", "seen": 10.0, "report": {
+            "status": status, "statuses": statuses, "outcome": outcome, "error": error, "response_body": ""}}
+    stats = {"final": True, "pods": [
+        pod(1, "accepted", [503, 200]),
+        pod(2, "cancelled", [], "RemoteDisconnected: Remote end closed connection without response"),
+        pod(3, "deadline", [], "ConnectionRefusedError: refused"),
+        pod(4, "rejected", [400]),
+    ]}
+    figures = sim_figures(stats, PodLog(), 0.0, 100.0, 0.0)
+    assert figures["cut_by_pod_end"] == 1 and figures["unanswered"] == 1
+    assert figures["retried_after_5xx"] == 1 and figures["answered_5xx"] == 0
+    assert figures["refused_total"] == 1
