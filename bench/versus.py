@@ -16,13 +16,17 @@ Also shown per measurement: runs, daemon CPU in cores, API requests per run, pea
 failures. It reports and does not judge: exit 0 unless nothing could be measured (then 2).
 Logs are kept under --results (default /tmp/kh-versus-<time>/n<N>-r<round>-<old|new>/), and versus.md.
 
-Usage: python -m bench.versus --against REF [--checks 250,500] [--rounds 2] [--interval 60] [--intervals 3]
+With --floor, bench.floor runs after each round (its own test bed, about a minute and a half) and each side's
+CPU per run is also shown over that floor: the same-window answer to "how far above the bare work is it".
+
+Usage: python -m bench.versus --against REF [--checks 250,500] [--rounds 2] [--interval 60] [--intervals 3] [--floor]
 """
 from __future__ import annotations
 
 import argparse
 import logging
 import os
+import re
 import shutil
 import signal
 import statistics
@@ -196,6 +200,43 @@ def size_table(measured: Sequence[Measured], n: int, labels: dict[str, str]) -> 
     return lines
 
 
+def floor_of(output: str) -> float | None:
+    """The floor per run (ms) in bench.floor's printout; None when it printed none."""
+    m = re.search(r"\*\*floor per run\*\* \| \| \| \*\*([0-9.]+) ms\*\*", output)
+    return float(m.group(1)) if m else None
+
+
+def floor_lines(floors: dict[int, float | None], measured: Sequence[Measured], n: int) -> list[str]:
+    """Per round: the floor (bench.floor, measured right after the round's two sides) and each side's
+    CPU per run over it, and where the 0.6x target stands against it."""
+    lines = []
+    for r, ms in sorted(floors.items()):
+        sides = {m.side: figures(m.row) for m in measured if m.n == n and m.round == r}
+        old, new = sides.get(OLD), sides.get(NEW)
+        def over(f: Figures | None, ms: float | None = ms) -> str:
+            return "-" if ms is None or f is None or f.cpu_per_run_ms is None else f"{f.cpu_per_run_ms / ms:.2f}x"
+        target = "-" if old is None or old.cpu_per_run_ms is None or ms is None else (
+            f"{TARGET_RATIO * old.cpu_per_run_ms / ms:.2f}x")
+        lines.append(f"{n:,} checks round {r}: floor {_num(ms, '.2f', ' ms')} per run; old {over(old)} the floor, "
+                     f"new {over(new)}; the {TARGET_RATIO}x target is {target} the floor")
+    return lines
+
+
+def measure_floor(n: int) -> float | None:
+    """Run bench.floor (its own test bed, a bare process doing a run's API requests, watch events and HTTP)
+    right after a round, so the floor is measured in the same stretch of the machine as the round."""
+    cmd = [sys.executable, "-m", "bench.floor", "--checks", str(n)]
+    try:
+        out = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900, check=False).stdout
+    except subprocess.TimeoutExpired:
+        logger.warning("bench.floor did not finish within 900 s")
+        return None
+    ms = floor_of(out)
+    if ms is None:
+        logger.warning("bench.floor printed no floor: %s", out[-500:])
+    return ms
+
+
 # --- the older commit's source ---------------------------------------------------------------------------
 
 def resolve(ref: str) -> str:
@@ -260,6 +301,8 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--rounds", type=int, default=2, help="rounds of old and new at each size, alternating order")
     ap.add_argument("--seed-new-only", action="store_true",
                     help="seed only this tree's khstates with a month of rollups (REF's start without any)")
+    ap.add_argument("--floor", action="store_true",
+                    help="after each round, run bench.floor and show each side's CPU per run over the floor")
     harness_args(ap, "/tmp/kh-versus-<time>")
     return ap.parse_args(argv)
 
@@ -306,6 +349,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     results.mkdir(parents=True, exist_ok=True)
     source = Path(tempfile.mkdtemp(prefix=f"kh-versus-{short}-"))
     measured: list[Measured] = []
+    floors: dict[int, dict[int, float | None]] = {}
     try:
         unpack(commit, source)
         seen = package_seen_from(source)
@@ -319,13 +363,16 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"{args.intervals} measured intervals; logs under {results}", flush=True)
         for r, n, side in schedule(sizes, args.rounds):
             measured.append(_one(args, r, n, side, source, results / f"n{n}-r{r}-{side}"))
+            if args.floor and sum(m.round == r and m.n == n for m in measured) == 2:
+                floors.setdefault(n, {})[r] = ms = measure_floor(n)
+                print(f"  [{n}] round {r} floor: {_num(ms, '.2f', ' ms')} per run", flush=True)
     finally:
         shutil.rmtree(source, ignore_errors=True)
     lines = [f"Daemon CPU per run: working tree against {labels[OLD]} ({commit}), interval {args.interval:g}s, "
              f"{args.intervals} intervals measured, checker {args.image} SIM_DELAY={args.delay:g}, "
              f"{os.cpu_count()} cores, {args.rounds} round(s) (old first in odd rounds, new first in even)", ""]
     for n in sizes:
-        lines += [*size_table(measured, n, labels), ""]
+        lines += [*size_table(measured, n, labels), *floor_lines(floors.get(n, {}), measured, n), ""]
     everything = [v for n in sizes for _, v in round_ratios(measured, n)]
     lines.append(f"Overall CPU per run new/old: {_ratio_txt(middle(everything))} (median of "
                  f"{sum(v is not None for v in everything)} round ratios); target <= {TARGET_RATIO}x")

@@ -11,6 +11,8 @@ from bench.versus import (
     OLD,
     Measured,
     figures,
+    floor_lines,
+    floor_of,
     kubelet_ratio,
     middle,
     provenance,
@@ -105,3 +107,16 @@ def test_a_row_from_before_the_kubelet_seconds_were_kept_uses_its_cores() -> Non
     del r["cpu"]["sim_seconds"]
     f = figures(r)
     assert f is not None and f.per_kubelet == pytest.approx(2.0)
+
+
+def test_the_floor_is_read_from_bench_floors_own_printout_and_each_side_is_shown_over_it() -> None:
+    printout = ("| report POST, new connection | 905 µs | 1 | 0.91 ms |\n"
+                "| **floor per run** | | | **5.50 ms** |\n\nbeside: pod event ...")
+    assert floor_of(printout) == pytest.approx(5.5)
+    assert floor_of("bench.floor: the test bed did not start") is None
+    measured = [Measured(1, 250, OLD, row(250, 500, 5.5)), Measured(1, 250, NEW, row(250, 500, 4.4))]
+    [line] = floor_lines({1: 5.5}, measured, 250)  # old 11 ms per run, new 8.8 ms
+    assert line == ("250 checks round 1: floor 5.50 ms per run; old 2.00x the floor, new 1.60x; "
+                    "the 0.6x target is 1.20x the floor")
+    [unmeasured] = floor_lines({1: None}, measured, 250)
+    assert "floor - per run; old - the floor, new -; the 0.6x target is - the floor" in unmeasured
