@@ -234,8 +234,14 @@ def test_a_report_after_the_runs_pod_finished_or_for_the_previous_run_is_refused
     time.sleep(1.02 - time.time() % 1.0)  # pods are named <check>-<unix second>; start the next run in a new one
     second = Runner(daemon.services, check, threading.Event()).run()
     assert first.outcome is second.outcome is Outcome.REPORTED
-    record = kubelet.record(namespace, second.pod)
-    assert record is not None and record.phase == "Succeeded"
+    # a run is over once its report is stored; its pod exits a moment later: wait for the kubelet to say so
+    # and for the daemon's pod cache to have seen it (what a "finished pod" is to the report handler)
+    def finished() -> PodRecord | None:
+        found = kubelet.record(namespace, second.pod)
+        return found if found is not None and found.phase == "Succeeded" else None
+    record = wait_for(finished, what="the second run's pod Succeeded")
+    wait_for(lambda: ((daemon.services.pods.get(namespace, second.pod) or {}).get("status") or {}).get("phase")
+             == "Succeeded", what="the daemon's pod cache seeing the pod Succeeded")
     token = open(record.token_files[TOKEN_PATH], encoding="utf-8").read()
     before = khstate_rv(cluster, namespace, "probe")
     tries = {
