@@ -43,6 +43,7 @@ from testbed.sim.startgate import StartGate
 from testbed.sim.terminate import Terminator
 from testbed.sim.timings import FAST, Timings
 from testbed.sim.tokens import TokenMinter
+from testbed.wait import wait_for
 
 logger = logging.getLogger(__name__)
 
@@ -183,6 +184,14 @@ class SimKubelet:
     def record(self, namespace: str, name: str) -> PodRecord | None:
         with self._lock:
             return self._records.get(f"{namespace}/{name}")
+
+    def reported_record(self, namespace: str, name: str, timeout: float = 30.0) -> PodRecord:
+        """The pod's record once its checker has the answer to its report. A run ends when the daemon has
+        stored the report, which is before that answer reaches the checker: read `report` through this."""
+        def reported() -> PodRecord | None:
+            found = self.record(namespace, name)
+            return found if found is not None and found.reported is not None else None
+        return wait_for(reported, timeout, what=f"the report of pod {namespace}/{name} answered")
 
     # --- nodes --------------------------------------------------------------------------------------
 

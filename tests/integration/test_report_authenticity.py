@@ -84,8 +84,8 @@ def start(pool: ThreadPoolExecutor, d: InProcessDaemon, check: CheckSpec) -> Fut
 
 def report_of(kubelet: SimKubelet, namespace: str, result: RunResult) -> tuple[int | None, str]:
     """What the run's simulated checker was answered."""
-    record = kubelet.record(namespace, result.pod)
-    assert record is not None and record.report is not None, result
+    record = kubelet.reported_record(namespace, result.pod)
+    assert record.report is not None, result
     return record.report.status, record.report.response_body
 
 

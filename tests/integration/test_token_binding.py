@@ -217,8 +217,8 @@ def test_with_enforce_a_checker_on_its_nodes_address_must_send_the_header_or_the
         body["metadata"]["namespace"] = namespace
         body["spec"]["podSpec"]["hostNetwork"] = True
         result = Runner(daemon.services, CheckSpec.of(body), threading.Event()).run()
-        rec = kubelet.record(namespace, result.pod)
-        assert rec is not None and rec.report is not None and rec.host_network
+        rec = kubelet.reported_record(namespace, result.pod)
+        assert rec.report is not None and rec.host_network
         answers[name] = (rec.report.status, rec.report.response_body)
         assert result.outcome is (Outcome.FAILED if name == "address-only" else Outcome.REPORTED), result
     assert {n: a[0] for n, a in answers.items()} == {"address-only": 400, "header": 200, "token-only": 200}
