@@ -221,6 +221,21 @@ def test_the_watchs_later_copy_of_an_observed_version_is_skipped(beds: list[Bed]
     assert rv_of(b.r.get("ns", "a")) == "12"
 
 
+def test_the_watchs_copy_of_an_observed_version_is_skipped_before_the_transform_runs_on_it(beds: list[Bed]) -> None:
+    transformed: list[tuple[str, str | None]] = []
+
+    def transform(o: dict[str, Any]) -> dict[str, Any]:
+        transformed.append((o["metadata"]["name"], rv_of(o)))
+        return o
+    b = bed_of(beds, storage=Storage(transform=transform))
+    b.r.observe(obj("a", "12", x=1))
+    b.watch("MODIFIED", obj("a", "12", x=1))  # the echo of the write
+    b.watch("MODIFIED", obj("a", "13", x=2))  # someone else's write after it
+    b.settle()
+    assert [t for t in transformed if t[0] == "a"] == [("a", "5"), ("a", "12"), ("a", "13")]  # list, observe, 13
+    assert rv_of(b.r.get("ns", "a")) == "13"
+
+
 def test_a_created_object_is_in_the_cache_at_once_and_its_watch_copy_is_skipped(beds: list[Bed]) -> None:
     b = bed_of(beds)
     b.r.observe(obj("new", "12", x=1))
