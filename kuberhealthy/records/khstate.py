@@ -174,7 +174,8 @@ class RunClaim:
 
     @classmethod
     def of(cls, obj: Obj | None) -> RunClaim:
-        run = Spec.of(obj).uuid if obj else ""
+        spec = obj.get("spec") if isinstance(obj, dict) else None  # Spec.of(obj).uuid, without the rest of Spec
+        run = str(spec.get("uuid") or "") if isinstance(spec, dict) else ""
         return cls(uuid=run, pod=_annotation(obj, RUN_POD), key_sha256=_annotation(obj, RUN_KEY_SHA256),
                    finished=bool(run) and finished_uuid(obj) == run)
 
