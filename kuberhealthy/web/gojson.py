@@ -22,6 +22,7 @@ from kuberhealthy.base.times import format_datetime
 GO_SPACE = "\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a" \
            "\u2028\u2029\u202f\u205f\u3000"
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _NEEDS_SLOW_PATH = re.compile("[\b\f<>&\u2028\u2029\ud800-\udfff]")
 _RFC3339 = re.compile(r"^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(\.\d+)?(Z|[+-]\d{2}:\d{2})$")
 _HEX = "0123456789abcdef"
@@ -34,9 +35,7 @@ def is_blank(text: str) -> bool:
 
 def valid_text(text: str) -> str:
     """Replace lone surrogates (invalid UTF-8 on the wire) with U+FFFD, as Go's decoder does."""
-    if not any("\ud800" <= c <= "\udfff" for c in text):
-        return text
-    return "".join("\ufffd" if "\ud800" <= c <= "\udfff" else c for c in text)
+    return _SURROGATE.sub("\ufffd", text) if _SURROGATE.search(text) else text
 
 
 def go_json_string(text: str) -> str:

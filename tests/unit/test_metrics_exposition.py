@@ -1,7 +1,7 @@
 """/metrics keeps each check's rendered samples between scrapes (web/status/exposition.py): what it serves is
 byte for byte what prometheus-client's encoders write for the same checks, scraped afresh, in every format
 and escaping choose_encoder() picks, however the checks changed in between; and a scrape of unchanged
-checks renders none of their samples again."""
+checks renders none of their samples again, and the new samples of a scrape are rendered one call per family."""
 from __future__ import annotations
 
 import dataclasses
@@ -104,7 +104,8 @@ def test_a_scrape_of_unchanged_checks_renders_none_of_their_samples_again(monkey
         return real(metric, fmt)
     monkeypatch.setattr(exposition, "render", counting)
     first = encode(scene.registry, Format())
-    assert rendered.count("kuberhealthy_check_runs") == 40  # each check's part, once
+    # the 40 checks' parts rendered together, once (and the family's header, unless an earlier scrape made it)
+    assert 1 <= rendered.count("kuberhealthy_check_runs") <= 2
     rendered.clear()
     second = encode(scene.registry, Format())
     assert second == first

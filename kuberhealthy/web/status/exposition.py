@@ -6,7 +6,8 @@ quiet core, 0.4 s on the shared test bed), every 15 s, for values that mostly di
 per-check families (web/status/metrics.py) are TextFamily: their samples come in Parts, one per check,
 and a Part keeps the text prometheus-client rendered for it, per format, for as long as the collector
 keeps the Part (RowCache: while the check's inputs are the same objects, and a family's values are the
-same). encode() writes a TextFamily as its header (rendered once per format) and its Parts' text; every
+same); the Parts a scrape finds without text are rendered in one encoder call per family and split by
+line. encode() writes a TextFamily as its header (rendered once per format) and its Parts' text; every
 other family as prometheus-client renders it. The result is byte for byte generate_latest()'s (the
 tests hold it to that), in both formats and every escaping choose_encoder() picks, and a TextFamily's
 `samples` are made from the Parts' values when read, so prometheus-client's own encoders still work on
@@ -120,7 +121,33 @@ class TextFamily(Metric):
             raise AttributeError("a TextFamily's samples are its Parts'")
 
     def text(self, fmt: Format) -> str:
-        return _header(self.make, fmt) + "".join(part.text(self, fmt) for part in self.parts)
+        head = _header(self.make, fmt)
+        new = [part for part in self.parts if fmt not in part._text]
+        if len(new) > 1:
+            self._render_together(new, head, fmt)
+        return head + "".join(part.text(self, fmt) for part in self.parts)
+
+    def _render_together(self, parts: Sequence[Part], head: str, fmt: Format) -> None:
+        """Render the Parts without text in one family, and give each its own lines (one per sample):
+        the cost of an encoder call is paid once per family, not once per changed check. Where the lines
+        do not match the samples one to one (a layout this does not know), each Part renders alone."""
+        metric, counts = self.make(), []
+        add = getattr(metric, "add_metric")  # noqa: B009  # as in filled()
+        for part in parts:
+            before = len(metric.samples)
+            for labels, value in part.values:
+                add(list(labels), value)
+            counts.append(len(metric.samples) - before)
+        whole = render(metric, fmt)
+        if not whole.startswith(head):
+            return
+        lines = whole[len(head):].splitlines(keepends=True)
+        if len(lines) != sum(counts) or any(line.startswith("#") for line in lines):
+            return
+        at = 0
+        for part, count in zip(parts, counts, strict=True):
+            part._text[fmt] = "".join(lines[at:at + count])
+            at += count
 
 
 def encode(registry: Collector, fmt: Format = PLAIN) -> bytes:
