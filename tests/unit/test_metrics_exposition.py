@@ -91,11 +91,8 @@ def test_every_scrape_is_what_prometheus_client_writes_afresh_however_the_checks
             assert encode(scene.registry, fmt) == choose_encoder(accept)[0](scene.registry)  # its samples too
 
 
-def test_a_scrape_of_unchanged_checks_renders_none_of_their_samples_again(monkeypatch: Any) -> None:
-    scene = Scene(metrics_config())
-    scene.rows = [row(f"c{i}", successCount=i, lastOK="2024-05-01T11:59:00Z", windows={"24h": {"uptime": 0.5}})
-                  for i in range(40)]
-    scene.summary = summary_of(*(khstate("ns", f"c{i}", OK=True, RunDuration="1s") for i in range(40)))
+def renders_counted(monkeypatch: Any) -> list[str]:
+    """The names of the families exposition.render is called for, from now on, in order."""
     rendered: list[str] = []
     real = exposition.render
 
@@ -103,6 +100,15 @@ def test_a_scrape_of_unchanged_checks_renders_none_of_their_samples_again(monkey
         rendered.append(metric.name)
         return real(metric, fmt)
     monkeypatch.setattr(exposition, "render", counting)
+    return rendered
+
+
+def test_a_scrape_of_unchanged_checks_renders_none_of_their_samples_again(monkeypatch: Any) -> None:
+    scene = Scene(metrics_config())
+    scene.rows = [row(f"c{i}", successCount=i, lastOK="2024-05-01T11:59:00Z", windows={"24h": {"uptime": 0.5}})
+                  for i in range(40)]
+    scene.summary = summary_of(*(khstate("ns", f"c{i}", OK=True, RunDuration="1s") for i in range(40)))
+    rendered = renders_counted(monkeypatch)
     first = encode(scene.registry, Format())
     # the 40 checks' parts rendered together, once (and the family's header, unless an earlier scrape made it)
     assert 1 <= rendered.count("kuberhealthy_check_runs") <= 2
@@ -124,3 +130,19 @@ def test_an_openmetrics_scrape_ends_with_eof_once() -> None:
     scene.rows = [row("a")]
     text = encode(scene.registry, format_of(choose_encoder("application/openmetrics-text")[0])).decode()
     assert text.endswith("# EOF\n") and text.count("# EOF") == 1
+
+
+def test_error_labels_with_carriage_returns_and_unicode_line_separators_are_still_rendered_in_one_call(
+        monkeypatch: Any) -> None:
+    # prometheus-client escapes only "\n" in a label value: a checker's "\r\n", U+0085 or U+2028 stays raw
+    # inside its sample's line, so the family's text is split at "\n" alone
+    scene = Scene(metrics_config())
+    names = [f"c{i}" for i in range(12)]
+    scene.rows = [row(name) for name in names]
+    scene.summary = summary_of(*(khstate("ns", name, OK=False, Errors=[f"{name} down\r\nsee\x85logs\u2028now"])
+                                 for name in names))
+    rendered = renders_counted(monkeypatch)
+    text = encode(scene.registry, Format())
+    assert 1 <= rendered.count("kuberhealthy_check") <= 2
+    assert text == afresh(scene, "")
+    assert "c3 down\r\\nsee\x85logs\u2028now" in text.decode()

@@ -141,7 +141,11 @@ class TextFamily(Metric):
         whole = render(metric, fmt)
         if not whole.startswith(head):
             return
-        lines = whole[len(head):].splitlines(keepends=True)
+        body = whole[len(head):]
+        if not body.endswith("\n"):
+            return
+        # at "\n" alone: a label value keeps a raw "\r", U+0085 or U+2028 (only "\n" is escaped)
+        lines = [line + "\n" for line in body[:-1].split("\n")]
         if len(lines) != sum(counts) or any(line.startswith("#") for line in lines):
             return
         at = 0
