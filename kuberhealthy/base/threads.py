@@ -14,6 +14,8 @@ from __future__ import annotations
 import logging
 import threading
 
+from kuberhealthy.base.osnames import name_this_thread
+
 logger = logging.getLogger(__name__)
 
 
@@ -72,6 +74,7 @@ class BackgroundThread:
         return self._thread is not None and self._thread.is_alive()
 
     def _main(self) -> None:
+        name_this_thread(self.name)
         failed = False
         try:
             self._run()

@@ -46,6 +46,7 @@ from gunicorn.workers.gthread import STOP_KEEPALIVE_LINGER, ThreadWorker
 from prometheus_client import Counter
 from prometheus_client.registry import Collector
 
+from kuberhealthy.base.osnames import name_this_thread
 from kuberhealthy.daemon.httpconn import WRITE_TIMEOUT, AnswerSocket, Conn, State, unread_bytes
 from kuberhealthy.daemon.httptls import ServerTLS, TLSConn
 
@@ -57,6 +58,7 @@ LINGER = 2.0  # seconds a half-closed connection may keep sending before it is c
 LINGER_MAX = 64 * 1024  # bytes drained from it at most
 ACCEPT_BATCH = 64  # connections taken per wake-up of the listener
 ACCEPT_PAUSE = 0.5  # seconds accepting pauses when out of descriptors and every connection is busy
+POOL_THREADS = "kh-http"  # the pool threads' name prefix
 HEARTBEAT = 1.0  # seconds between the worker's notes to the arbiter (gunicorn's timeout is 60 s)
 
 HEAD_LATE, BODY_LATE, EVICTED_SOURCE, EVICTED_TOTAL, WRITE_LATE, DROPPED, TLS_REFUSED = (
@@ -136,6 +138,11 @@ class PollingWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn ships no ty
     def check_config(cls, cfg: Any, log: Any) -> None:
         if cfg.is_ssl or "h2" in getattr(cfg, "http_protocols", ["h1"]):
             raise RuntimeError("PollingWorker serves plain HTTP/1 only")
+
+    def get_thread_pool(self) -> futures.ThreadPoolExecutor:
+        """gthread's pool, its threads named kh-http_N, in Python and to the operating system."""
+        return futures.ThreadPoolExecutor(max_workers=self.cfg.threads, thread_name_prefix=POOL_THREADS,
+                                          initializer=name_this_thread)
 
     # -- the main loop ------------------------------------------------------------------------------
 

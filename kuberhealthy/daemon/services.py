@@ -16,6 +16,7 @@ from collections.abc import Callable
 from kuberhealthy.base.config import Config
 from kuberhealthy.base.errors import ApiError, NotFound
 from kuberhealthy.base.notify import Notifier
+from kuberhealthy.base.osnames import name_this_thread
 from kuberhealthy.base.threads import Deaths
 from kuberhealthy.control.controller import Controller
 from kuberhealthy.control.finalizers import Finalizers, wakeups
@@ -284,6 +285,7 @@ class Services:
         """A thread that ended unexpectedly means the process must stop cleanly, never hang half-alive.
 
         Waits for a report (threads.Deaths), it does not poll; stop() wakes it to end."""
+        name_this_thread()
         self.deaths.event.wait()
         self.check_deaths()
 
