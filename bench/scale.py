@@ -111,7 +111,7 @@ from testbed.daemons.process import DaemonProcess
 from testbed.fakes.world import khstate_of, month_of_runs
 from testbed.paths import REPO
 from testbed.procs import end_group
-from testbed.stats import cpu_seconds, summary
+from testbed.stats import cpu_by_thread_group, cpu_seconds, summary, thread_cpu
 
 HOST = "127.0.0.1"
 DAEMON_AGENT = "kuberhealthy/"
@@ -342,6 +342,7 @@ def measure(args: argparse.Namespace, outdir: Path) -> dict[str, Any]:
         cpu0 = {"daemon": cpu_seconds(tree, reaped_children=True), "api": cpu_seconds(api_pids, reaped_children=True),
                 "sim": cpu_seconds([sim.pid], reaped_children=True),
                 "machine": machine_busy_seconds()}
+        threads0 = thread_cpu(tree)
         cpu_daemon_warmup = cpu0["daemon"]  # the daemon's CPU since it started
         hist0 = scrape_histogram(HOST, daemon.port, LAG_FAMILY)
         poller = Poller(HOST, daemon.port, rate=args.poll_rate, timeout=15.0).start()
@@ -358,6 +359,7 @@ def measure(args: argparse.Namespace, outdir: Path) -> dict[str, Any]:
         cpu1 = {"daemon": cpu_seconds(tree, reaped_children=True), "api": cpu_seconds(api_pids, reaped_children=True),
                 "sim": cpu_seconds([sim.pid], reaped_children=True),
                 "machine": machine_busy_seconds()}
+        threads1 = thread_cpu(tree)
         usage1 = resource.getrusage(resource.RUSAGE_SELF)
         sampler.sample()
         sampler.stop()
@@ -406,7 +408,12 @@ def measure(args: argparse.Namespace, outdir: Path) -> dict[str, Any]:
                                             if runs else None),
                       # the simulated kubelet's work per run is the same whatever the daemon: its CPU is a
                       # yardstick of the machine's speed in this window (bench.versus normalises by it)
-                      "sim_seconds": round(max(0.0, cpu1["sim"] - cpu0["sim"]), 3)}
+                      "sim_seconds": round(max(0.0, cpu1["sim"] - cpu0["sim"]), 3),
+                      # the daemon's threads by name (base/osnames.py): checks, watches, HTTP pool, main loop
+                      "daemon_ms_per_run_by_thread": ({
+                          group: round(seconds * 1000 / runs, 2) for group, seconds in sorted(
+                              cpu_by_thread_group(threads0, threads1, cpu1["daemon"] - cpu0["daemon"]).items(),
+                              key=lambda kv: -kv[1])} if runs else None)}
         row["mem"] = {"peak_pss_mb": round(sampler.peak_pss_kb / MB, 1),
                       "peak_rss_mb": round(sampler.peak_rss_kb / MB, 1),
                       "peak_threads": sampler.peak_threads, "peak_processes": sampler.peak_processes,

@@ -200,6 +200,9 @@ def print_details(row: dict[str, Any]) -> None:
     print(f"      false failures {row['false_failures']}; final khstates not OK {row.get('final_not_ok')} of "
           f"{row.get('final_khstates')}{hcs}")
     print(f"      daemon CPU per run {cpu.get('daemon_ms_per_run')} ms")
+    if cpu.get("daemon_ms_per_run_by_thread"):
+        print("      ... by thread (ms per run): " + ", ".join(
+            f"{group} {ms}" for group, ms in cpu["daemon_ms_per_run_by_thread"].items()))
     print(f"      CPU cores: daemon {cpu['daemon']} (warm-up {cpu['daemon_warmup']}), API server+etcd {cpu['api']}, "
           f"kubelet {cpu['sim']}, harness {cpu['harness']}, machine {cpu['machine']} of {os.cpu_count()}")
     print(f"      memory {row['mem']}")

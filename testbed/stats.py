@@ -4,13 +4,17 @@ Before this module five hand-written percentiles disagreed on the rank they pick
 the nearest-rank definition (the value at rank ceil(p/100 * n), 1-based), with None for no values, so a
 report never shows a made-up number. `summary` is the {count, p50, p99, max} block the reports print.
 `cpu_seconds` reads /proc/<pid>/stat: utime+stime, and optionally cutime+cstime (the reaped children),
-so a worker that exited between two samples still counts. Part of the test bed's kit: it imports
+so a worker that exited between two samples still counts; `thread_cpu` and `cpu_by_thread_group` split a
+process's CPU by its threads' names (/proc/PID/task/TID/comm; the daemon names its threads, base/osnames.py).
+Part of the test bed's kit: it imports
 nothing of `kuberhealthy`, and it measures nothing by itself.
 """
 from __future__ import annotations
 
 import math
 import os
+import re
+from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -53,3 +57,49 @@ def cpu_seconds(pids: Iterable[int], *, reaped_children: bool = False) -> float:
         if f is not None:
             ticks += int(f[11]) + int(f[12]) + (int(f[13]) + int(f[14]) if reaped_children else 0)
     return ticks / CLK_TCK
+
+
+ThreadCpu = dict[tuple[int, int], tuple[str, float]]  # (pid, tid) -> (group, CPU seconds so far)
+ENDED = "ended threads"  # a group of cpu_by_thread_group: CPU of threads gone before the second sample
+
+
+def thread_group(comm: str, *, main: bool) -> str:
+    """The group a thread's CPU is shown under: "main" for a process's main thread, "check" for the
+    daemon's check threads (check-<ns>/<name>), else its name less a trailing _N or -N (http_3: http)."""
+    if main:
+        return "main"
+    if comm.startswith("check-") and comm != "check-reaper":  # a check's: check-<ns>/<name>, cut at 15 bytes
+        return "check"
+    return re.sub(r"[_-][0-9]+$", "", comm)
+
+
+def thread_cpu(pids: Iterable[int]) -> ThreadCpu:
+    """Every live thread of the processes `pids`: its group and its CPU seconds so far (the scheduler's
+    time on a CPU, in ns: /proc/PID/task/TID/stat's utime+stime are whole ticks, and rounding them thread by
+    thread loses a tenth of a daemon's CPU across its ~270 threads)."""
+    out: ThreadCpu = {}
+    for pid in pids:
+        try:
+            tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                comm = Path(f"/proc/{pid}/task/{tid}/comm").read_text().rstrip("\n")
+                on_cpu_ns = int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[0])
+            except (OSError, IndexError, ValueError):
+                continue  # ended meanwhile
+            out[(pid, tid)] = (thread_group(comm, main=tid == pid), on_cpu_ns / 1e9)
+    return out
+
+
+def cpu_by_thread_group(before: ThreadCpu, after: ThreadCpu, process_seconds: float) -> dict[str, float]:
+    """CPU seconds per group between two samples: a thread born in between counts whole; what the
+    processes spent (`process_seconds`, from their own stat) beyond the live threads' sum is ENDED."""
+    groups: Counter[str] = Counter()
+    for key, (group, cpu) in after.items():
+        groups[group] += max(0.0, cpu - before.get(key, (group, 0.0))[1])
+    ended = process_seconds - sum(groups.values())
+    if ended > 0:
+        groups[ENDED] += ended
+    return dict(groups)

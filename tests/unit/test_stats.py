@@ -1,11 +1,14 @@
-"""The test bed's one percentile (nearest rank) and one CPU-seconds helper (testbed/stats.py)."""
+"""The test bed's one percentile (nearest rank), its CPU-seconds helper and its split of a process's CPU by
+thread names (testbed/stats.py)."""
 from __future__ import annotations
 
 import os
+import threading
 
 import pytest
 
-from testbed.stats import cpu_seconds, percentile, summary
+from kuberhealthy.base.threads import BackgroundThread
+from testbed.stats import ENDED, cpu_by_thread_group, cpu_seconds, percentile, summary, thread_cpu, thread_group
 
 TEN = [float(v) for v in range(10, 0, -1)]  # 10.0 .. 1.0, unsorted on purpose
 
@@ -60,3 +63,45 @@ def test_cpu_seconds_with_reaped_children_is_never_less_than_without() -> None:
     own = cpu_seconds([pid])
     assert own >= 0.0
     assert cpu_seconds([pid], reaped_children=True) >= own
+
+
+def test_threads_are_grouped_by_name_with_every_check_thread_in_one_group_and_pool_numbers_dropped() -> None:
+    assert thread_group("check-ns/a-check", main=False) == "check"
+    assert thread_group("check-kuberheal", main=False) == "check"  # the namespace cut before its "/"
+    assert thread_group("check-reaper", main=False) == "check-reaper"
+    assert thread_group("http_3", main=False) == "http"
+    assert thread_group("watch-pods", main=False) == "watch-pods"
+    assert thread_group("gunicorn", main=True) == "main"
+
+
+def test_the_cpu_of_a_group_counts_born_threads_whole_and_the_rest_of_the_process_as_ended_threads() -> None:
+    before = {(1, 1): ("main", 1.0), (1, 2): ("check", 2.0), (1, 3): ("check", 5.0)}
+    after = {(1, 1): ("main", 1.5), (1, 2): ("check", 2.25), (1, 4): ("http", 0.5)}  # 3 ended, 4 was born
+    assert cpu_by_thread_group(before, after, process_seconds=2.0) == {"main": 0.5, "check": 0.25, "http": 0.5,
+                                                                      ENDED: 0.75}
+    assert ENDED not in cpu_by_thread_group(before, after, process_seconds=1.25)
+
+
+def test_a_live_process_s_named_threads_are_found_with_their_cpu() -> None:
+    release = threading.Event()
+
+    class Spinning(BackgroundThread):
+        def _run(self) -> None:
+            sum(range(200_000))
+            release.wait(10)
+
+    thread = Spinning("kh-reflector-pods")
+    thread.start()
+    try:
+        for _ in range(100):
+            found = thread_cpu([os.getpid()])
+            if any(group == "watch-pods" for group, _cpu in found.values()):
+                break
+            release.wait(0.05)
+        groups = {group for group, _cpu in found.values()}
+        assert {"main", "watch-pods"} <= groups
+        assert all(cpu >= 0 for _group, cpu in found.values())
+    finally:
+        release.set()
+        thread.stop()
+        thread.join(10)
