@@ -19,7 +19,9 @@ does each of those alone, with nothing of the product's logic around it, and pri
 
 Per run: each CPU times its count per run (--per-run, defaults from bench.scale at 250 checks: 1 create, 3
 writes, 0.12 other requests counted as deletes, 5 pod events, 3 khstate events, 1 report, 0.48 `GET /`).
-`/metrics` and everything the daemon decides are left out, so the sum is a floor, not an estimate. With
+`/metrics` and everything the daemon decides are left out, so the sum is a floor, not an estimate. Beside
+it, not in it: a thread hand-off (one thread wakes another over a threading.Event), what each of the
+daemon's time slices per run (bench.scale) costs the kernel at least, beyond the work done in it. With
 `--old-ms X` (the older commit's CPU per run from bench.versus, same machine) it prints the floor as a share
 of X beside the 0.6x target. It reports and asserts nothing.
 
@@ -198,6 +200,29 @@ def api_figures(kube: Kube, ns: str, runs: int) -> dict[str, float]:
     return out
 
 
+def handoff_cpu(rounds: int = 20000) -> float:
+    """CPU (both threads, process time) of one wake-up handed from a thread to a waiting one over a
+    threading.Event and back, per hand-off: what a watch event that wakes a check's thread, or a request
+    the HTTP main loop gives to a pool thread, costs on this machine beyond the work itself."""
+    ping, pong = threading.Event(), threading.Event()
+
+    def answer() -> None:
+        for _ in range(rounds):
+            ping.wait()
+            ping.clear()
+            pong.set()
+    other = threading.Thread(target=answer, name="floor-handoff", daemon=True)
+    other.start()
+    start = time.process_time()
+    for _ in range(rounds):
+        ping.set()
+        pong.wait()
+        pong.clear()
+    spent = time.process_time() - start
+    other.join()
+    return spent / (2 * rounds)
+
+
 # --- the serving side -------------------------------------------------------------------------------------
 
 def post_once(port: int) -> int:
@@ -272,6 +297,9 @@ def main(argv: list[str] | None = None) -> int:
     for op in ("pod event, the daemon's cache", "khstate event, the daemon's cache"):
         print(f"\nbeside: {op} (kube/reflector.py, no listeners) {per_op[op] * 1e6:.0f} µs each, "
               f"{per_op[op] / max(per_op[op.split(',')[0]], 1e-9):.1f}x the bare decode")
+    handoff = handoff_cpu()
+    print(f"\nbeside: a thread hand-off (threading.Event, woken and back to waiting) {handoff * 1e6:.1f} µs of CPU; "
+          f"bench.scale's time slices per run times this is what its threads' wake-ups cost beyond the floor")
     if args.old_ms:
         target = 0.6 * args.old_ms
         print(f"\nfloor / old ({args.old_ms:.2f} ms per run) = {total * 1e3 / args.old_ms:.2f}x; "

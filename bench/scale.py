@@ -20,7 +20,10 @@ in a bunch are measured whole, and lasts --intervals x --interval seconds. Measu
                  answers and reports never answered are counted apart (the simulated checker does not
                  retry them, so they usually end as failed results too).
   daemon CPU     utime+stime (+ reaped children) of the daemon's process tree (gunicorn arbiter and
-                 worker) over the window, in cores, and per check.
+                 worker) over the window, in cores, and per check; per run, split by thread group
+                 (checks, watches, HTTP pool, main loop), with each group's time slices per run: how
+                 often the scheduler put its threads on a CPU (each a wake-up or a resumed preemption;
+                 testbed/stats.py, from /proc/PID/task/TID/schedstat).
   memory         peaks, sampled every 2 s from daemon start to window end, of the tree's summed PSS
                  (/proc/PID/smaps_rollup, so the forked worker's shared pages are not counted twice),
                  summed RSS, and summed thread count.
@@ -111,7 +114,7 @@ from testbed.daemons.process import DaemonProcess
 from testbed.fakes.world import khstate_of, month_of_runs
 from testbed.paths import REPO
 from testbed.procs import end_group
-from testbed.stats import cpu_by_thread_group, cpu_seconds, summary, thread_cpu
+from testbed.stats import cpu_by_thread_group, cpu_seconds, slices_by_thread_group, summary, thread_cpu
 
 HOST = "127.0.0.1"
 DAEMON_AGENT = "kuberhealthy/"
@@ -413,7 +416,12 @@ def measure(args: argparse.Namespace, outdir: Path) -> dict[str, Any]:
                       "daemon_ms_per_run_by_thread": ({
                           group: round(seconds * 1000 / runs, 2) for group, seconds in sorted(
                               cpu_by_thread_group(threads0, threads1, cpu1["daemon"] - cpu0["daemon"]).items(),
-                              key=lambda kv: -kv[1])} if runs else None)}
+                              key=lambda kv: -kv[1])} if runs else None),
+                      # how often its threads were put on a CPU (woken, or preempted and resumed), per run
+                      "daemon_slices_per_run_by_thread": ({
+                          group: round(slices / runs, 1) for group, slices in sorted(
+                              slices_by_thread_group(threads0, threads1).items(), key=lambda kv: -kv[1])
+                          if slices} if runs else None)}
         row["mem"] = {"peak_pss_mb": round(sampler.peak_pss_kb / MB, 1),
                       "peak_rss_mb": round(sampler.peak_rss_kb / MB, 1),
                       "peak_threads": sampler.peak_threads, "peak_processes": sampler.peak_processes,

@@ -203,6 +203,10 @@ def print_details(row: dict[str, Any]) -> None:
     if cpu.get("daemon_ms_per_run_by_thread"):
         print("      ... by thread (ms per run): " + ", ".join(
             f"{group} {ms}" for group, ms in cpu["daemon_ms_per_run_by_thread"].items()))
+    if cpu.get("daemon_slices_per_run_by_thread"):
+        slices = cpu["daemon_slices_per_run_by_thread"]
+        print(f"      ... time slices per run (wake-ups and preemptions): {round(sum(slices.values()), 1)}; "
+              + ", ".join(f"{group} {n}" for group, n in slices.items()))
     print(f"      CPU cores: daemon {cpu['daemon']} (warm-up {cpu['daemon_warmup']}), API server+etcd {cpu['api']}, "
           f"kubelet {cpu['sim']}, harness {cpu['harness']}, machine {cpu['machine']} of {os.cpu_count()}")
     print(f"      memory {row['mem']}")

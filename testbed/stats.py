@@ -5,7 +5,9 @@ the nearest-rank definition (the value at rank ceil(p/100 * n), 1-based), with N
 report never shows a made-up number. `summary` is the {count, p50, p99, max} block the reports print.
 `cpu_seconds` reads /proc/<pid>/stat: utime+stime, and optionally cutime+cstime (the reaped children),
 so a worker that exited between two samples still counts; `thread_cpu` and `cpu_by_thread_group` split a
-process's CPU by its threads' names (/proc/PID/task/TID/comm; the daemon names its threads, base/osnames.py).
+process's CPU by its threads' names (/proc/PID/task/TID/comm; the daemon names its threads, base/osnames.py),
+and `slices_by_thread_group` counts how often each group's threads were put on a CPU (each time is a
+wake-up or a preemption, and what it costs the kernel and the CPU caches is CPU no floor bench pays).
 Part of the test bed's kit: it imports
 nothing of `kuberhealthy`, and it measures nothing by itself.
 """
@@ -17,6 +19,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
+from typing import NamedTuple
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -59,7 +62,15 @@ def cpu_seconds(pids: Iterable[int], *, reaped_children: bool = False) -> float:
     return ticks / CLK_TCK
 
 
-ThreadCpu = dict[tuple[int, int], tuple[str, float]]  # (pid, tid) -> (group, CPU seconds so far)
+class ThreadSample(NamedTuple):
+    """One thread at one moment, from /proc/PID/task/TID/schedstat."""
+
+    group: str
+    seconds: float  # its time on a CPU so far
+    slices: int = 0  # the times the scheduler has put it on a CPU so far (schedstat's third field)
+
+
+ThreadCpu = dict[tuple[int, int], ThreadSample]  # (pid, tid) -> the thread's sample
 ENDED = "ended threads"  # a group of cpu_by_thread_group: CPU of threads gone before the second sample
 
 
@@ -74,9 +85,9 @@ def thread_group(comm: str, *, main: bool) -> str:
 
 
 def thread_cpu(pids: Iterable[int]) -> ThreadCpu:
-    """Every live thread of the processes `pids`: its group and its CPU seconds so far (the scheduler's
-    time on a CPU, in ns: /proc/PID/task/TID/stat's utime+stime are whole ticks, and rounding them thread by
-    thread loses a tenth of a daemon's CPU across its ~270 threads)."""
+    """Every live thread of the processes `pids`: its group, its CPU seconds so far (the scheduler's time on
+    a CPU, in ns: /proc/PID/task/TID/stat's utime+stime are whole ticks, and rounding them thread by thread
+    loses a tenth of a daemon's CPU across its ~270 threads) and its time slices so far."""
     out: ThreadCpu = {}
     for pid in pids:
         try:
@@ -86,10 +97,11 @@ def thread_cpu(pids: Iterable[int]) -> ThreadCpu:
         for tid in tids:
             try:
                 comm = Path(f"/proc/{pid}/task/{tid}/comm").read_text().rstrip("\n")
-                on_cpu_ns = int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[0])
-            except (OSError, IndexError, ValueError):
-                continue  # ended meanwhile
-            out[(pid, tid)] = (thread_group(comm, main=tid == pid), on_cpu_ns / 1e9)
+                on_cpu_ns, _waited_ns, slices = Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[:3]
+                sample = ThreadSample(thread_group(comm, main=tid == pid), int(on_cpu_ns) / 1e9, int(slices))
+            except (OSError, ValueError):  # ended meanwhile (or a schedstat without its three fields)
+                continue
+            out[(pid, tid)] = sample
     return out
 
 
@@ -97,9 +109,20 @@ def cpu_by_thread_group(before: ThreadCpu, after: ThreadCpu, process_seconds: fl
     """CPU seconds per group between two samples: a thread born in between counts whole; what the
     processes spent (`process_seconds`, from their own stat) beyond the live threads' sum is ENDED."""
     groups: Counter[str] = Counter()
-    for key, (group, cpu) in after.items():
-        groups[group] += max(0.0, cpu - before.get(key, (group, 0.0))[1])
+    for key, now in after.items():
+        then = before.get(key)
+        groups[now.group] += max(0.0, now.seconds - (then.seconds if then is not None else 0.0))
     ended = process_seconds - sum(groups.values())
     if ended > 0:
         groups[ENDED] += ended
+    return dict(groups)
+
+
+def slices_by_thread_group(before: ThreadCpu, after: ThreadCpu) -> dict[str, int]:
+    """Time slices per group between two samples, of the threads alive at the second (one born in between
+    counts whole; one that ended in between is not counted: the kernel keeps no count for it)."""
+    groups: Counter[str] = Counter()
+    for key, now in after.items():
+        then = before.get(key)
+        groups[now.group] += max(0, now.slices - (then.slices if then is not None else 0))
     return dict(groups)

@@ -8,7 +8,17 @@ import threading
 import pytest
 
 from kuberhealthy.base.threads import BackgroundThread
-from testbed.stats import ENDED, cpu_by_thread_group, cpu_seconds, percentile, summary, thread_cpu, thread_group
+from testbed.stats import (
+    ENDED,
+    ThreadSample,
+    cpu_by_thread_group,
+    cpu_seconds,
+    percentile,
+    slices_by_thread_group,
+    summary,
+    thread_cpu,
+    thread_group,
+)
 
 TEN = [float(v) for v in range(10, 0, -1)]  # 10.0 .. 1.0, unsorted on purpose
 
@@ -75,11 +85,20 @@ def test_threads_are_grouped_by_name_with_every_check_thread_in_one_group_and_po
 
 
 def test_the_cpu_of_a_group_counts_born_threads_whole_and_the_rest_of_the_process_as_ended_threads() -> None:
-    before = {(1, 1): ("main", 1.0), (1, 2): ("check", 2.0), (1, 3): ("check", 5.0)}
-    after = {(1, 1): ("main", 1.5), (1, 2): ("check", 2.25), (1, 4): ("http", 0.5)}  # 3 ended, 4 was born
+    before = {(1, 1): ThreadSample("main", 1.0), (1, 2): ThreadSample("check", 2.0), (1, 3): ThreadSample("check", 5.0)}
+    after = {(1, 1): ThreadSample("main", 1.5), (1, 2): ThreadSample("check", 2.25),
+             (1, 4): ThreadSample("http", 0.5)}  # 3 ended, 4 was born
     assert cpu_by_thread_group(before, after, process_seconds=2.0) == {"main": 0.5, "check": 0.25, "http": 0.5,
                                                                       ENDED: 0.75}
     assert ENDED not in cpu_by_thread_group(before, after, process_seconds=1.25)
+
+
+def test_the_time_slices_of_a_group_count_born_threads_whole_and_leave_out_ended_ones() -> None:
+    before = {(1, 1): ThreadSample("main", 1.0, 100), (1, 2): ThreadSample("check", 2.0, 40),
+              (1, 3): ThreadSample("check", 5.0, 7), (1, 5): ThreadSample("check", 1.0, 10)}
+    after = {(1, 1): ThreadSample("main", 1.5, 130), (1, 2): ThreadSample("check", 2.25, 45),
+             (1, 4): ThreadSample("http", 0.5, 12), (1, 5): ThreadSample("check", 1.0, 10)}  # 3 ended, 4 was born
+    assert slices_by_thread_group(before, after) == {"main": 30, "check": 5, "http": 12}
 
 
 def test_a_live_process_s_named_threads_are_found_with_their_cpu() -> None:
@@ -95,12 +114,14 @@ def test_a_live_process_s_named_threads_are_found_with_their_cpu() -> None:
     try:
         for _ in range(100):
             found = thread_cpu([os.getpid()])
-            if any(group == "watch-pods" for group, _cpu in found.values()):
+            if any(sample.group == "watch-pods" for sample in found.values()):
                 break
             release.wait(0.05)
-        groups = {group for group, _cpu in found.values()}
+        groups = {sample.group for sample in found.values()}
         assert {"main", "watch-pods"} <= groups
-        assert all(cpu >= 0 for _group, cpu in found.values())
+        assert all(sample.seconds >= 0 for sample in found.values())
+        pods = [sample for sample in found.values() if sample.group == "watch-pods"]
+        assert pods[0].slices >= 1  # it ran: the scheduler put it on a CPU at least once
     finally:
         release.set()
         thread.stop()
